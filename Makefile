@@ -1,0 +1,56 @@
+# ropepool — the newcomer's two commands:
+#   make test   build everything and run every test (C, Python; CUDA tests skip without a GPU)
+#   make run    build and run the benchmark on its default preset, verified against the reference
+# Both install what they need: a Python virtual environment under $(BUILD)/venv with the test
+# requirements, and a CMake build under $(BUILD).
+
+BUILD       ?= build
+JOBS        ?= $(shell nproc 2>/dev/null || echo 2)
+PYTHON      ?= python3
+CMAKE_FLAGS ?=
+VENV        := $(BUILD)/venv
+VENV_PY     := $(abspath $(VENV))/bin/python
+
+.PHONY: all build test run asan werror test-cuda install clean
+
+all: build
+
+$(VENV)/.ready: python/requirements-test.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV_PY) -m pip install --quiet --upgrade pip
+	$(VENV_PY) -m pip install --quiet -r python/requirements-test.txt
+	touch $@
+
+$(BUILD)/CMakeCache.txt: $(VENV)/.ready
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=$(VENV_PY) $(CMAKE_FLAGS)
+
+build: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+run: build
+	$(BUILD)/bench/ropepool-bench --verify --json $(BUILD)/bench-results.json --svg $(BUILD)/bench-results.svg
+
+# CUDA tests only (on a machine with an NVIDIA GPU).
+test-cuda: build
+	ctest --test-dir $(BUILD) --output-on-failure -L cuda
+
+# The C tests under AddressSanitizer + UndefinedBehaviorSanitizer.
+asan:
+	cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=Debug -DROPEPOOL_SANITIZE=ON -DROPEPOOL_PYTHON=OFF \
+	      -DROPEPOOL_CUDA=OFF $(CMAKE_FLAGS)
+	cmake --build $(BUILD)-asan -j $(JOBS)
+	ctest --test-dir $(BUILD)-asan --output-on-failure -j $(JOBS) -LE slow
+
+# Everything with warnings as errors.
+werror:
+	cmake -S . -B $(BUILD)-werror -DROPEPOOL_WERROR=ON -DROPEPOOL_PYTHON=OFF $(CMAKE_FLAGS)
+	cmake --build $(BUILD)-werror -j $(JOBS)
+
+install: build
+	cmake --install $(BUILD)
+
+clean:
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-werror

@@ -1,0 +1,307 @@
+/*
+ * ropepool.h — the whole public contract of libropepool.
+ *
+ * One operation, done once per layer per inference step: rotary position embedding (NeoX
+ * "rotate-half" RoPE) on the query and key heads, fused with writing the rotated keys and the raw
+ * values into a KV-cache pool. It keeps the contract and the exact error texts of sglang's
+ * `rope_pool_fused`:
+ *
+ *     rope_pool_fused(q, k, v, positions, slots, k_pool, v_pool, *, head_dim, num_qo_heads,
+ *                     num_kv_heads, rope_base) -> (q_rot, k_rot, k_pool, v_pool)
+ *
+ * Everything a caller can use is declared here; nothing else in the library is public. All public
+ * names carry the prefix rp_ / RP_. The header compiles as C99 and later, and as C++.
+ *
+ * Conventions used throughout:
+ *   - Shapes are written [dim0, dim1, ...]; T = num_tokens, Hq = num_qo_heads,
+ *     Hk = num_kv_heads, D = head_dim, P = pool_size (number of slots).
+ *   - Strides are counted in ELEMENTS, not bytes (as in DLPack), and may be negative.
+ *   - Every function returns an rp_status. When it is not RP_OK and the caller gave an error
+ *     buffer, the buffer holds one NUL-terminated line naming the argument and the values at
+ *     fault. The library keeps no "last error": the buffer belongs to the caller.
+ */
+#ifndef ROPEPOOL_H
+#define ROPEPOOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- version ------------------------------------------------------------------------------- */
+
+#define RP_VERSION_MAJOR 0
+#define RP_VERSION_MINOR 1
+#define RP_VERSION_PATCH 0
+#define RP_VERSION_NUMBER (RP_VERSION_MAJOR * 10000 + RP_VERSION_MINOR * 100 + RP_VERSION_PATCH)
+
+/* ---- export ------------------------------------------------------------------------------------ */
+
+#if defined(_WIN32) && defined(RP_SHARED_LIBRARY)
+#  if defined(RP_BUILDING_LIBRARY)
+#    define RP_API __declspec(dllexport)
+#  else
+#    define RP_API __declspec(dllimport)
+#  endif
+#elif defined(__GNUC__) && __GNUC__ >= 4
+#  define RP_API __attribute__((visibility("default")))
+#else
+#  define RP_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Returns RP_VERSION_NUMBER of the library actually loaded: a binding compares it with the
+ * header it was built against to detect a mismatch. */
+RP_API unsigned rp_version_number(void);
+/* "MAJOR.MINOR.PATCH" of the library actually loaded. */
+RP_API const char *rp_version_string(void);
+
+/* ---- status codes (values never change once published) ------------------------------------- */
+
+typedef enum rp_status {
+    RP_OK = 0,
+    RP_ERR_INVALID_ARGUMENT = 1,  /* rank, shape, dtype, device, scalar argument, NULL data...  */
+    RP_ERR_SLOT_OUT_OF_RANGE = 2, /* some slot >= pool_size                                   */
+    RP_ERR_DUPLICATE_SLOT = 3,    /* two tokens name the same slot                             */
+    RP_ERR_OVERLAP = 4,           /* an output overlaps an input or another output             */
+    RP_ERR_UNSUPPORTED = 5,       /* valid request this build or version cannot do (yet)       */
+    RP_ERR_OUT_OF_MEMORY = 6,     /* a host allocation failed                                  */
+    RP_ERR_CUDA = 7               /* the CUDA runtime reported an error                        */
+} rp_status;
+
+/* "RP_ERR_SLOT_OUT_OF_RANGE" etc.; "RP_ERR_UNKNOWN" for a value not listed above. */
+RP_API const char *rp_status_name(rp_status status);
+/* A short static description, e.g. "slot out of range". Never NULL. */
+RP_API const char *rp_status_string(rp_status status);
+
+/* ---- tensors ----------------------------------------------------------------------------------- */
+
+/* Element types. Only F32/F16/BF16 (data) and I32/I64 (positions, slots) are accepted; the others
+ * exist so that a binding can pass any array and get the library's own error message. */
+typedef enum rp_dtype {
+    RP_DTYPE_UNSET = 0, /* zero-initialised tensor: rejected with "dtype is not set" */
+    RP_F32 = 1,
+    RP_F16 = 2,
+    RP_BF16 = 3,
+    RP_I32 = 4,
+    RP_I64 = 5,
+    RP_F64 = 6,
+    RP_I8 = 7,
+    RP_U8 = 8,
+    RP_I16 = 9,
+    RP_U16 = 10,
+    RP_U32 = 11,
+    RP_U64 = 12,
+    RP_BOOL = 13,
+    RP_F8_E4M3 = 14, /* reserved for fp8 pools; not accepted yet */
+    RP_F8_E5M2 = 15, /* reserved for fp8 pools; not accepted yet */
+    RP_DTYPE_OTHER = 255 /* anything else (complex, strings, ...) */
+} rp_dtype;
+
+/* "float32", "bfloat16", "int64", ... (NumPy/PyTorch spelling). */
+RP_API const char *rp_dtype_name(rp_dtype dtype);
+/* Bytes per element; 0 for RP_DTYPE_UNSET and RP_DTYPE_OTHER. */
+RP_API size_t rp_dtype_size(rp_dtype dtype);
+
+/* Where a tensor's memory lives. Values match DLPack's DLDeviceType. */
+typedef enum rp_device_type {
+    RP_DEVICE_CPU = 1,
+    RP_DEVICE_CUDA = 2
+} rp_device_type;
+
+typedef struct rp_device {
+    int32_t type;  /* rp_device_type; 0 is read as RP_DEVICE_CPU so zeroed tensors are on the CPU */
+    int32_t index; /* CUDA device ordinal; 0 for the CPU */
+} rp_device;
+
+#define RP_MAX_DIMS 8
+
+/* rp_tensor.flags */
+#define RP_TENSOR_READ_ONLY 0x1u /* the library refuses to write this tensor */
+
+/* A strided view of memory, DLPack style. Element (i0, i1, ...) lives at
+ *     (char *)data + (i0 * strides[0] + i1 * strides[1] + ...) * rp_dtype_size(dtype).
+ * ndim may exceed RP_MAX_DIMS only so that a binding can report a rank error: shape and strides
+ * are read for the first min(ndim, RP_MAX_DIMS) dimensions. */
+typedef struct rp_tensor {
+    void *data;                     /* element [0, 0, ...]; may be NULL only when it has no elements */
+    int64_t shape[RP_MAX_DIMS];
+    int64_t strides[RP_MAX_DIMS];   /* in elements; any sign */
+    int32_t ndim;
+    int32_t dtype;                  /* rp_dtype */
+    rp_device device;
+    uint32_t flags;                 /* RP_TENSOR_* */
+    uint32_t reserved;              /* must be 0 */
+} rp_tensor;
+
+/* Contiguous (row-major) tensors on the CPU; set .device for device memory. */
+static inline rp_tensor rp_tensor_1d(void *data, rp_dtype dtype, int64_t n0)
+{
+    rp_tensor t = {0};
+    t.data = data;
+    t.ndim = 1;
+    t.dtype = (int32_t)dtype;
+    t.shape[0] = n0;
+    t.strides[0] = 1;
+    return t;
+}
+
+static inline rp_tensor rp_tensor_3d(void *data, rp_dtype dtype, int64_t n0, int64_t n1, int64_t n2)
+{
+    rp_tensor t = {0};
+    t.data = data;
+    t.ndim = 3;
+    t.dtype = (int32_t)dtype;
+    t.shape[0] = n0;
+    t.shape[1] = n1;
+    t.shape[2] = n2;
+    t.strides[2] = 1;
+    t.strides[1] = n2;
+    t.strides[0] = n1 * n2;
+    return t;
+}
+
+/* ---- context ------------------------------------------------------------------------------------ */
+
+/* A context owns what is worth keeping between calls: the CPU worker threads, a cache of the
+ * RoPE frequency table, and (CUDA) the device word where kernels record a bad slot. Create one per
+ * engine (per CUDA device) and reuse it. A context may be used from several threads at once: a
+ * call that finds the workers busy runs on its own thread instead, with bit-identical results. */
+typedef struct rp_context rp_context;
+
+/* rp_context_options.flags */
+#define RP_CONTEXT_CUDA 0x1u /* prepare for calls on CUDA device cuda_device */
+
+typedef struct rp_context_options {
+    int32_t num_threads; /* CPU threads per call, the caller's included; 0 = one per online CPU */
+    uint32_t flags;      /* RP_CONTEXT_* */
+    int32_t cuda_device; /* with RP_CONTEXT_CUDA: the device whose calls this context serves */
+    uint32_t reserved[5]; /* must be 0 */
+} rp_context_options;
+
+/* Creates a context. opts may be NULL (all defaults). On success *out is set; on failure *out is
+ * NULL. Creation allocates and starts threads; nothing later in the hot path does. */
+RP_API rp_status rp_context_create(const rp_context_options *opts, rp_context **out,
+                                   char *errbuf, size_t errbuf_size);
+/* Stops the workers and frees everything. NULL is a no-op. No call may be running on ctx. */
+RP_API void rp_context_destroy(rp_context *ctx);
+/* The number of threads a CPU call on ctx may use (>= 1). */
+RP_API int32_t rp_context_num_threads(const rp_context *ctx);
+
+/* CUDA only. Waits for `stream` (a cudaStream_t; NULL = the legacy default stream), then reports
+ * and clears the first out-of-range slot that a kernel launched through ctx recorded: returns
+ * RP_ERR_SLOT_OUT_OF_RANGE with the same message a CPU call would have given, or RP_OK. Such a
+ * slot was never written. Returns RP_ERR_UNSUPPORTED for a context without RP_CONTEXT_CUDA. */
+RP_API rp_status rp_context_check(rp_context *ctx, void *stream, char *errbuf, size_t errbuf_size);
+
+/* ---- the operation ------------------------------------------------------------------------------- */
+
+typedef enum rp_rope_style {
+    RP_ROPE_NEOX = 0, /* rotate-half: pairs (x[i], x[i + rotary_dim/2]) — the only style for now */
+    RP_ROPE_GPTJ = 1  /* interleaved: pairs (x[2i], x[2i + 1]) — reserved, not supported yet    */
+} rp_rope_style;
+
+/* rp_rope_pool_args.flags */
+#define RP_CHECK_SLOTS 0x1u /* CUDA: copy slots to the host and validate range and duplicates
+                               before anything is written (one host synchronisation). CPU calls
+                               always validate, with or without this flag. */
+
+typedef struct rp_rope_pool_args {
+    /* Inputs: read only, never written. */
+    rp_tensor q;         /* [T, Hq, D]  f32 | f16 | bf16                                         */
+    rp_tensor k;         /* [T, Hk, D]  same dtype as q                                          */
+    rp_tensor v;         /* [T, Hk, D]  same dtype as q                                          */
+    rp_tensor positions; /* [T]         i32 | i64: the token's position in its sequence          */
+    rp_tensor slots;     /* [T]         i32 | i64: pool row for the token; any value < 0 skips   */
+    /* In-out: row slots[t] of each pool is overwritten for every slots[t] >= 0; no other row is
+     * read or written. Strided over slots is fine (one layer of a [layers, P, Hk, D] buffer,
+     * or k and v interleaved as [P, 2, Hk, D]). */
+    rp_tensor k_pool;    /* [P, Hk, D]  same dtype as q; receives RoPE(k)                        */
+    rp_tensor v_pool;    /* [P, Hk, D]  same dtype as q; receives v unchanged (bit copy)         */
+    /* Outputs. q_rot may be q itself (same data, shape and strides) and k_rot may be k itself:
+     * that is the in-place call. Any other overlap of an output with an input or with another
+     * output is rejected. */
+    rp_tensor q_rot;     /* [T, Hq, D]  same dtype as q                                          */
+    rp_tensor k_rot;     /* [T, Hk, D]  same dtype as q                                          */
+
+    /* The seed's keyword arguments. */
+    int64_t head_dim;     /* D: even, > 0                                                         */
+    int64_t num_qo_heads; /* Hq > 0                                                                */
+    int64_t num_kv_heads; /* Hk > 0                                                                */
+    double rope_base;     /* theta: positive and finite; frequency i is rope_base^(-2i/D)          */
+
+    /* Extensions. All-zero keeps the seed's behaviour; a value this version cannot honour is
+     * rejected with RP_ERR_UNSUPPORTED, never ignored. */
+    int32_t style;        /* rp_rope_style: RP_ROPE_NEOX only for now                              */
+    int32_t num_threads;  /* CPU: at most this many threads for this call; 0 = the context's       */
+    int64_t rotary_dim;   /* rotated leading part of each head; 0 = head_dim (only value for now)  */
+    const double *inv_freq; /* reserved for custom / scaled frequencies [rotary_dim/2]: NULL now   */
+    uint32_t flags;       /* RP_CHECK_SLOTS                                                        */
+    uint32_t reserved0;   /* must be 0                                                             */
+    void *stream;         /* CUDA: the cudaStream_t to launch on (NULL = legacy default stream)    */
+    uint64_t reserved[8]; /* must be 0: room for fp8 pool scales and later fields                  */
+} rp_rope_pool_args;
+
+/*
+ * rp_rope_pool_fused — NeoX RoPE on q and k, and the KV-pool write, in one pass.
+ *
+ * For every token t, head h and i in [0, D/2), with angle = positions[t] * rope_base^(-2i/D):
+ *     q_rot[t,h,i]       = q[t,h,i] * cos(angle) - q[t,h,i+D/2] * sin(angle)
+ *     q_rot[t,h,i+D/2]   = q[t,h,i+D/2] * cos(angle) + q[t,h,i] * sin(angle)
+ * and the same for k -> k_rot. Then, for every t with slots[t] >= 0:
+ *     k_pool[slots[t]] = k_rot[t]     and     v_pool[slots[t]] = v[t].
+ *
+ * Numerics: the angle is formed and range-reduced in double precision, once per (token,
+ * frequency), and shared by all Hq + Hk heads. Every output element is within one ulp of its
+ * dtype plus 8 * 2^-24 * (|x[i]| + |x[i+D/2]|) of the same formula evaluated in float64, at any
+ * int32 position. v is copied bit for bit. The same inputs give bit-identical outputs for any
+ * thread count.
+ *
+ * Validation runs completely before the first byte is written; a call that fails writes nothing
+ * at all. The seed's checks come first, in the seed's order and with its exact messages:
+ *     rope_pool_fused expects q/k/v to be 3-D
+ *     rope_pool_fused expects positions/slots to be 1-D
+ *     rope_pool_fused expects pool tensors to be 3-D
+ *     q shape must be [num_tokens, num_qo_heads, head_dim], got (T, Hq, D)
+ *     k shape must be [num_tokens, num_kv_heads, head_dim], got (...)
+ *     v shape must match k shape, got (...) vs (...)
+ *     positions/slots must have one entry per token
+ *     k_pool has incompatible shape (...)
+ *     v_pool shape must match k_pool shape, got (...) vs (...)
+ *     q/k/v dtypes must match
+ *     pool dtypes must match q/k/v dtype
+ * then ours: dtypes, head_dim and counts, rope_base, extension fields, output shapes and dtypes,
+ * devices, NULL data, alignment, strides, read-only outputs, overlaps, and last the slot values
+ * (any slot >= P, and a slot named by two tokens).
+ *
+ * Devices: every tensor must be on one device. CPU tensors run on the CPU backend (threads from
+ * ctx, which may be NULL: then the call runs on the caller's thread alone and recomputes the
+ * frequency table). CUDA tensors need a ctx created with RP_CONTEXT_CUDA for their device; the
+ * launch goes to args->stream, never allocates, never synchronises the host (unless
+ * RP_CHECK_SLOTS) and may be captured in a CUDA graph. On CUDA, slot values are checked by the
+ * kernel itself: an out-of-range slot is never written, and rp_context_check() reports it;
+ * duplicates are found only with RP_CHECK_SLOTS.
+ *
+ * Never writes outside q_rot, k_rot and the rows slots[t] of k_pool and v_pool.
+ * T = 0 is a valid no-op (shapes are still checked).
+ */
+RP_API rp_status rp_rope_pool_fused(rp_context *ctx, const rp_rope_pool_args *args,
+                                    char *errbuf, size_t errbuf_size);
+
+/* ---- what runs ------------------------------------------------------------------------------------ */
+
+/* The CPU kernel level the library chose, detected once: "avx512", "avx2", "portable", or
+ * "reference". The environment variable ROPEPOOL_CPU (same names) forces a lower level; with
+ * ROPEPOOL_VERBOSE=1 the choice is printed to stderr once. Calls whose head_dim is not the
+ * innermost contiguous dimension of every tensor fall back to the reference kernel. */
+RP_API const char *rp_cpu_kernel_name(void);
+
+/* 1 if this library was built with its CUDA backend, 0 if not. */
+RP_API int rp_has_cuda(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* ROPEPOOL_H */

@@ -1,0 +1,42 @@
+/*
+ * context.h — the rp_context structure, shared by context.c (threads), freq.c (frequency cache)
+ * and the entry point.
+ */
+#ifndef RP_CONTEXT_H
+#define RP_CONTEXT_H
+
+#include "internal.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+struct rp_context {
+    int32_t num_threads; /* the caller's thread included */
+
+    /* Worker threads 1 .. num_threads-1; the caller is part 0. `busy` is held by the call that
+     * owns the workers; a concurrent call that cannot take it runs alone on its own thread. */
+    pthread_t *workers;
+    int num_workers;
+    pthread_mutex_t busy;
+    pthread_mutex_t mutex; /* guards the sleeping side of wake/done */
+    pthread_cond_t wake, done;
+    atomic_uint_fast64_t generation; /* bumped once per parallel job */
+    atomic_int pending;              /* parts of the current job not finished */
+    atomic_int stop;
+    rp_parallel_fn fn;
+    void *arg;
+    int num_parts;
+
+    /* Frequency table of the last (rope_base, head_dim) seen. */
+    pthread_mutex_t freq_lock;
+    double freq_base;
+    int64_t freq_dim;
+    double *freq;
+
+    /* CUDA */
+    uint32_t flags;
+    int32_t cuda_device;
+    void *cuda_state;
+};
+
+#endif /* RP_CONTEXT_H */

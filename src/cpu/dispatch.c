@@ -1,0 +1,78 @@
+/*
+ * dispatch.c — picks the CPU kernel level once per process.
+ *
+ * The table starts as the reference kernel; the best level the CPU supports then replaces its
+ * entries. ROPEPOOL_CPU=avx512|avx2|portable|reference caps the level (a level the CPU lacks is
+ * refused with a warning, never executed), and ROPEPOOL_VERBOSE=1 prints the choice.
+ */
+#include "kernels.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum level { LEVEL_REFERENCE, LEVEL_PORTABLE, LEVEL_AVX2, LEVEL_AVX512 };
+static const char *const level_names[] = {"reference", "portable", "avx2", "avx512"};
+
+static rp_cpu_kernels table;
+static pthread_once_t table_once = PTHREAD_ONCE_INIT;
+
+static enum level best_supported(void)
+{
+#ifdef RP_HAVE_X86_KERNELS
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("fma"))
+        return LEVEL_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
+        return LEVEL_AVX2;
+#endif
+    return LEVEL_PORTABLE;
+}
+
+static void fill_table(void)
+{
+    enum level level = best_supported();
+    const char *forced = getenv("ROPEPOOL_CPU");
+    if (forced && *forced) {
+        int found = -1;
+        for (int i = 0; i < 4; i++)
+            if (strcmp(forced, level_names[i]) == 0)
+                found = i;
+        if (found < 0)
+            fprintf(stderr, "ropepool: ROPEPOOL_CPU=%s is not one of avx512, avx2, portable, "
+                            "reference; using %s\n", forced, level_names[level]);
+        else if ((enum level)found > level)
+            fprintf(stderr, "ropepool: ROPEPOOL_CPU=%s is not supported by this CPU; using %s\n",
+                    forced, level_names[level]);
+        else
+            level = (enum level)found;
+    }
+    table.name = level_names[LEVEL_REFERENCE];
+    table.rope_pool[RP_F32] = table.rope_pool[RP_F16] = table.rope_pool[RP_BF16] = rp_ref_rope_pool;
+    if (level >= LEVEL_PORTABLE)
+        rp_cpu_fill_portable(&table);
+#ifdef RP_HAVE_X86_KERNELS
+    if (level >= LEVEL_AVX2)
+        rp_cpu_fill_avx2(&table);
+    if (level >= LEVEL_AVX512)
+        rp_cpu_fill_avx512(&table);
+#endif
+    const char *verbose = getenv("ROPEPOOL_VERBOSE");
+    if (verbose && *verbose && strcmp(verbose, "0") != 0)
+        fprintf(stderr, "ropepool: CPU kernels: %s\n", table.name);
+}
+
+const rp_cpu_kernels *rp_cpu_kernel_table(void)
+{
+    pthread_once(&table_once, fill_table);
+    return &table;
+}
+
+const char *rp_cpu_kernel_name(void)
+{
+    return rp_cpu_kernel_table()->name;
+}

@@ -1,0 +1,116 @@
+/*
+ * rope_pool_portable.c — the CPU kernel for any processor: plain C that compilers vectorise,
+ * used where no SIMD kernel fits. Same algorithm as the SIMD kernels: per token, the angles'
+ * sin/cos in float64 (sincos.h), once, then every head's rotation in float32.
+ */
+#include "../dtype.h"
+#include "../internal.h"
+#include "kernels.h"
+#include "sincos.h"
+
+#include <string.h>
+
+enum { CHUNK = 256 }; /* pairs per pass: bounds the stack buffers for any head_dim */
+
+static void load_row(rp_dtype dtype, const void *src, int64_t n, float *dst)
+{
+    if (dtype == RP_F32) {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+    } else if (dtype == RP_F16) {
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = rp_f16_bits_to_float(((const uint16_t *)src)[i]);
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = rp_bf16_bits_to_float(((const uint16_t *)src)[i]);
+    }
+}
+
+static void store_row(rp_dtype dtype, const float *src, int64_t n, void *dst)
+{
+    if (dtype == RP_F32) {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+    } else if (dtype == RP_F16) {
+        for (int64_t i = 0; i < n; i++)
+            ((uint16_t *)dst)[i] = rp_double_to_f16_bits(src[i]);
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            ((uint16_t *)dst)[i] = rp_float_to_bf16_bits(src[i]);
+    }
+}
+
+/* Rotates pairs [i0, i0+n) of one head row; src may equal dst (in place); pool may be NULL. */
+static void rotate_chunk(rp_dtype dtype, int64_t half, int64_t i0, int64_t n, const char *src,
+                         char *dst, char *pool, const float *cs, const float *sn)
+{
+    const size_t elem = rp_dtype_size(dtype);
+    float x[CHUNK], y[CHUNK], ox[CHUNK], oy[CHUNK];
+    load_row(dtype, src + i0 * elem, n, x);
+    load_row(dtype, src + (half + i0) * elem, n, y);
+    for (int64_t i = 0; i < n; i++) {
+        ox[i] = x[i] * cs[i] - y[i] * sn[i];
+        oy[i] = y[i] * cs[i] + x[i] * sn[i];
+    }
+    char *targets[2] = {dst, pool};
+    for (int d = 0; d < 2; d++) {
+        if (!targets[d])
+            continue;
+        store_row(dtype, ox, n, targets[d] + i0 * elem);
+        store_row(dtype, oy, n, targets[d] + (half + i0) * elem);
+    }
+}
+
+static void copy_heads(const rp_problem *p, const char *src, const int64_t src_stride[3],
+                       char *dst, const int64_t dst_stride[3], int64_t t, int64_t slot)
+{
+    const int64_t elem = (int64_t)rp_dtype_size(p->dtype);
+    for (int64_t h = 0; h < p->num_kv_heads; h++)
+        memcpy(dst + (slot * dst_stride[0] + h * dst_stride[1]) * elem,
+               src + (t * src_stride[0] + h * src_stride[1]) * elem, (size_t)(p->head_dim * elem));
+}
+
+static void rope_pool_portable(const rp_problem *p, rp_parts parts, int64_t t_begin, int64_t t_end)
+{
+    const int64_t half = p->head_dim / 2, elem = (int64_t)rp_dtype_size(p->dtype);
+    const char *q = p->q, *k = p->k, *v = p->v;
+    char *q_rot = p->q_rot, *k_rot = p->k_rot, *k_pool = p->k_pool, *v_pool = p->v_pool;
+    float cs[CHUNK], sn[CHUNK];
+    for (int64_t t = t_begin; t < t_end; t++) {
+        const int64_t pos = rp_load_index(p->positions, p->pos_dtype, p->pos_stride, t);
+        const int64_t slot = rp_load_index(p->slots, p->slot_dtype, p->slot_stride, t);
+        const int write_pool = slot >= 0 && parts != RP_PARTS_ROTATE;
+        for (int64_t i0 = 0; parts != RP_PARTS_SCATTER && i0 < half; i0 += CHUNK) {
+            const int64_t n = half - i0 < CHUNK ? half - i0 : CHUNK;
+            for (int64_t i = 0; i < n; i++) {
+                double s, c;
+                rp_sincos((double)pos * p->inv_freq[i0 + i], &s, &c);
+                cs[i] = (float)c;
+                sn[i] = (float)s;
+            }
+            for (int64_t h = 0; h < p->num_qo_heads; h++)
+                rotate_chunk(p->dtype, half, i0, n,
+                             q + (t * p->q_stride[0] + h * p->q_stride[1]) * elem,
+                             q_rot + (t * p->q_rot_stride[0] + h * p->q_rot_stride[1]) * elem, NULL,
+                             cs, sn);
+            for (int64_t h = 0; h < p->num_kv_heads; h++)
+                rotate_chunk(p->dtype, half, i0, n,
+                             k + (t * p->k_stride[0] + h * p->k_stride[1]) * elem,
+                             k_rot + (t * p->k_rot_stride[0] + h * p->k_rot_stride[1]) * elem,
+                             write_pool ? k_pool + (slot * p->k_pool_stride[0] + h * p->k_pool_stride[1]) * elem
+                                        : NULL,
+                             cs, sn);
+        }
+        if (!write_pool)
+            continue;
+        if (parts == RP_PARTS_SCATTER)
+            copy_heads(p, k_rot, p->k_rot_stride, k_pool, p->k_pool_stride, t, slot);
+        copy_heads(p, v, p->v_stride, v_pool, p->v_pool_stride, t, slot);
+    }
+}
+
+void rp_cpu_fill_portable(rp_cpu_kernels *table)
+{
+    table->name = "portable";
+    table->rope_pool[RP_F32] = rope_pool_portable;
+    table->rope_pool[RP_F16] = rope_pool_portable;
+    table->rope_pool[RP_BF16] = rope_pool_portable;
+}

@@ -1,0 +1,148 @@
+/*
+ * internal.h — what the library's parts share and users never see: the validated problem that
+ * every kernel consumes, error reporting, and the kernel entry points of each backend.
+ */
+#ifndef RP_INTERNAL_H
+#define RP_INTERNAL_H
+
+#include "ropepool.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- errors ----------------------------------------------------------------------------------- */
+
+/* The caller's error buffer. Only the first error reported is kept. */
+typedef struct rp_err {
+    char *buf;
+    size_t size;
+} rp_err;
+
+#if defined(__GNUC__)
+#  define RP_PRINTF(fmt_index, first_arg) __attribute__((format(printf, fmt_index, first_arg)))
+#else
+#  define RP_PRINTF(fmt_index, first_arg)
+#endif
+
+/* Formats the message into the caller's buffer (truncated, always NUL-terminated) and returns
+ * status, so that checks read `return rp_fail(err, RP_ERR_..., "...", ...);`. */
+rp_status rp_fail(rp_err *err, rp_status status, const char *fmt, ...) RP_PRINTF(3, 4);
+
+/* Writes a shape as Python prints a tuple: "(6, 8, 64)", "(6,)", "()". Returns buf. */
+char *rp_format_shape(char *buf, size_t size, const rp_tensor *t);
+
+/* ---- the validated problem ---------------------------------------------------------------------- */
+
+/* Everything a kernel needs, after validation: sizes, base pointers and strides in elements for
+ * the [token|slot, head, dim] axes. Kernels trust it completely. */
+typedef struct rp_problem {
+    int64_t num_tokens;   /* T  */
+    int64_t num_qo_heads; /* Hq */
+    int64_t num_kv_heads; /* Hk */
+    int64_t head_dim;     /* D  */
+    int64_t pool_size;    /* P  */
+    rp_dtype dtype;       /* of q, k, v, pools, q_rot, k_rot */
+    rp_dtype pos_dtype;   /* RP_I32 | RP_I64 */
+    rp_dtype slot_dtype;  /* RP_I32 | RP_I64 */
+
+    const void *q, *k, *v, *positions, *slots;
+    void *q_rot, *k_rot, *k_pool, *v_pool;
+
+    int64_t q_stride[3], k_stride[3], v_stride[3];
+    int64_t q_rot_stride[3], k_rot_stride[3];
+    int64_t k_pool_stride[3], v_pool_stride[3];
+    int64_t pos_stride, slot_stride;
+
+    /* 1 when head_dim has stride 1 in all seven [., ., D] tensors: the fast kernels need it. */
+    int inner_contiguous;
+
+    /* Frequencies rope_base^(-2i/D), i in [0, D/2), in float64. Filled by the entry point. */
+    const double *inv_freq;
+} rp_problem;
+
+/* Validates args (everything but the slot values) and fills *p. CPU and CUDA share it. */
+rp_status rp_validate(const rp_rope_pool_args *args, rp_problem *p, rp_err *err);
+
+/* Validates slot values: the first token, in token order, whose slot is >= P or repeats an
+ * earlier token's slot. `slots` is host memory laid out as described by p (slot_dtype, stride). */
+rp_status rp_validate_slots(const rp_problem *p, const void *slots, rp_err *err);
+
+/* The message for an out-of-range slot, shared by the CPU check and the CUDA status report. */
+rp_status rp_fail_slot_out_of_range(rp_err *err, int64_t slot, int64_t token, int64_t pool_size);
+
+/* Reads entry t of a positions or slots array. */
+static inline int64_t rp_load_index(const void *base, rp_dtype dtype, int64_t stride, int64_t t)
+{
+    return dtype == RP_I64 ? ((const int64_t *)base)[t * stride]
+                           : (int64_t)((const int32_t *)base)[t * stride];
+}
+
+/* ---- frequencies -------------------------------------------------------------------------------- */
+
+/* inv_freq[i] = pow(rope_base, -2i/head_dim) for i in [0, head_dim/2): the exact float64 value
+ * the contract is stated against. Every backend and the reference use this one function. */
+void rp_compute_inv_freq(double rope_base, int64_t head_dim, double *inv_freq);
+
+/* Fills inv_freq[0 .. head_dim/2) from ctx's cache (computing it on a miss). ctx may be NULL. */
+void rp_context_inv_freq(rp_context *ctx, double rope_base, int64_t head_dim, double *inv_freq);
+
+/* ---- kernels --------------------------------------------------------------------------------- */
+
+/* Which parts of the operation a kernel call performs. The public call always does both; the
+ * benchmark runs them separately to show what fusion saves. */
+typedef enum rp_parts {
+    RP_PARTS_ALL = 0,     /* rotate q and k, write both pools (the fused operation) */
+    RP_PARTS_ROTATE = 1,  /* q -> q_rot, k -> k_rot only                           */
+    RP_PARTS_SCATTER = 2  /* k_rot -> k_pool, v -> v_pool only (reads k_rot)       */
+} rp_parts;
+
+/* A CPU kernel processes tokens [t_begin, t_end) of a validated problem. */
+typedef void (*rp_cpu_kernel_fn)(const rp_problem *p, rp_parts parts, int64_t t_begin,
+                                 int64_t t_end);
+
+/* The scalar, fully strided reference kernel: every dtype, every stride. The oracle of the tests
+ * and the fallback when no fast kernel fits. Computes in float64, rounds once to the dtype. */
+void rp_ref_rope_pool(const rp_problem *p, rp_parts parts, int64_t t_begin, int64_t t_end);
+
+/* CPU backend: runs a validated problem with ctx's threads (ctx may be NULL). */
+rp_status rp_cpu_rope_pool(rp_context *ctx, const rp_problem *p, rp_parts parts,
+                           int32_t num_threads, rp_err *err);
+
+/* The CPU kernel table, filled once: the reference first, then what this CPU can do better. */
+typedef struct rp_cpu_kernels {
+    const char *name;                    /* "avx512", "avx2", "portable", "reference" */
+    rp_cpu_kernel_fn rope_pool[4];       /* indexed by rp_dtype: RP_F32, RP_F16, RP_BF16 */
+} rp_cpu_kernels;
+
+const rp_cpu_kernels *rp_cpu_kernel_table(void);
+
+/* ---- context internals shared with the CPU backend ------------------------------------------------ */
+
+/* Runs fn(arg, i, n) for i in [0, n) on the context's workers and the calling thread, and waits.
+ * n <= the context's thread count. Falls back to running all parts on the caller when ctx is NULL
+ * or its workers are busy with another call. */
+typedef void (*rp_parallel_fn)(void *arg, int part, int num_parts);
+void rp_context_parallel(rp_context *ctx, rp_parallel_fn fn, void *arg, int num_parts);
+
+/* ---- CUDA backend hooks (src/cuda/; a CPU-only build links src/cuda_absent.c) ------------------ */
+
+/* Prepares `device` for a context: allocates the device word where kernels record the first
+ * out-of-range slot. *state receives the backend's per-context state. */
+rp_status rp_cuda_context_init(int32_t device, void **state, rp_err *err);
+void rp_cuda_context_free(void *state);
+/* rp_context_check() for a CUDA context. */
+rp_status rp_cuda_context_check(void *state, void *stream, rp_err *err);
+/* Launches a validated problem whose tensors are on a CUDA device (with RP_CHECK_SLOTS: validates
+ * the slots on the host first). inv_freq is host memory [head_dim/2]. */
+rp_status rp_cuda_rope_pool(void *state, const rp_problem *p, uint32_t flags, void *stream,
+                            rp_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RP_INTERNAL_H */

@@ -1,0 +1,136 @@
+/*
+ * verify.c — checks a finished call against the float64 formula and the contract's error bound.
+ * Used by the tests and by the benchmark's verification pass; not part of the public API.
+ *
+ * Bound, per output element y (the float64 formula on the given inputs):
+ *     |out - y| <= ulp_dtype(y) + 8 * 2^-24 * (|x[i]| + |x[i + D/2]|)
+ * and an output equal to y correctly rounded always passes (that covers overflow to infinity).
+ * v_pool rows must equal v bit for bit, and k_pool rows must equal k_rot bit for bit.
+ */
+#include "verify.h"
+
+#include "../dtype.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static double load(const void *base, rp_dtype dtype, int64_t offset)
+{
+    switch (dtype) {
+    case RP_F32: return ((const float *)base)[offset];
+    case RP_F16: return rp_f16_bits_to_double(((const uint16_t *)base)[offset]);
+    default: return rp_bf16_bits_to_float(((const uint16_t *)base)[offset]);
+    }
+}
+
+static double round_to(rp_dtype dtype, double y)
+{
+    switch (dtype) {
+    case RP_F32: return (float)y;
+    case RP_F16: return rp_f16_bits_to_double(rp_double_to_f16_bits(y));
+    default: return rp_bf16_bits_to_float(rp_double_to_bf16_bits(y));
+    }
+}
+
+/* The spacing of the dtype's numbers at |y|. */
+static double ulp_of(rp_dtype dtype, double y)
+{
+    const int mant_bits = dtype == RP_F32 ? 23 : dtype == RP_F16 ? 10 : 7;
+    const int min_exp = dtype == RP_F32 ? -126 : dtype == RP_F16 ? -14 : -126;
+    int e;
+    frexp(y, &e); /* |y| in [2^(e-1), 2^e) */
+    e -= 1;
+    if (y == 0.0 || e < min_exp)
+        e = min_exp;
+    return ldexp(1.0, e - mant_bits);
+}
+
+static int64_t at(const int64_t stride[3], int64_t a, int64_t b, int64_t c)
+{
+    return a * stride[0] + b * stride[1] + c * stride[2];
+}
+
+static void note_failure(rp_verify_result *r, const char *what, int64_t t, int64_t h, int64_t i,
+                         double got, double want, double bound)
+{
+    if (r->failures++ == 0)
+        snprintf(r->first_failure, sizeof r->first_failure,
+                 "%s[token %lld, head %lld, dim %lld] = %.9g, float64 formula %.9g, bound %.3g",
+                 what, (long long)t, (long long)h, (long long)i, got, want, bound);
+}
+
+static void check_value(rp_verify_result *r, rp_dtype dtype, const char *what, int64_t t, int64_t h,
+                        int64_t i, double got, double want, double x, double y)
+{
+    const double bound = ulp_of(dtype, want) + 0x1p-21 * (fabs(x) + fabs(y)); /* 8 * 2^-24 */
+    r->checked++;
+    if (isnan(want) || isnan(got)) {
+        if (!(isnan(want) && isnan(got)))
+            note_failure(r, what, t, h, i, got, want, bound);
+        return;
+    }
+    if (got == round_to(dtype, want))
+        return;
+    const double ratio = fabs(got - want) / bound;
+    if (!(ratio <= r->worst_ratio))
+        r->worst_ratio = ratio;
+    if (!(ratio <= 1.0))
+        note_failure(r, what, t, h, i, got, want, bound);
+}
+
+static void check_rotation(const rp_problem *p, rp_verify_result *r, const char *what,
+                           const void *src, const int64_t src_stride[3], const void *out,
+                           const int64_t out_stride[3], int64_t heads, int64_t t, double c, double s,
+                           int64_t i)
+{
+    const int64_t half = p->head_dim / 2;
+    for (int64_t h = 0; h < heads; h++) {
+        const double x = load(src, p->dtype, at(src_stride, t, h, i));
+        const double y = load(src, p->dtype, at(src_stride, t, h, i + half));
+        check_value(r, p->dtype, what, t, h, i, load(out, p->dtype, at(out_stride, t, h, i)),
+                    x * c - y * s, x, y);
+        check_value(r, p->dtype, what, t, h, i + half,
+                    load(out, p->dtype, at(out_stride, t, h, i + half)), y * c + x * s, x, y);
+    }
+}
+
+/* Bit-exact comparison of head rows src[t] and dst[slot]. */
+static void check_copy(const rp_problem *p, rp_verify_result *r, const char *what, const void *src,
+                       const int64_t src_stride[3], const void *dst, const int64_t dst_stride[3],
+                       int64_t t, int64_t slot)
+{
+    const size_t elem = rp_dtype_size(p->dtype);
+    for (int64_t h = 0; h < p->num_kv_heads; h++)
+        for (int64_t i = 0; i < p->head_dim; i++) {
+            const char *a = (const char *)src + at(src_stride, t, h, i) * (int64_t)elem;
+            const char *b = (const char *)dst + at(dst_stride, slot, h, i) * (int64_t)elem;
+            r->checked++;
+            if (memcmp(a, b, elem) != 0)
+                note_failure(r, what, t, h, i, load(dst, p->dtype, at(dst_stride, slot, h, i)),
+                             load(src, p->dtype, at(src_stride, t, h, i)), 0.0);
+        }
+}
+
+void rp_ref_verify(const rp_problem *p, rp_verify_result *r)
+{
+    memset(r, 0, sizeof *r);
+    const int64_t half = p->head_dim / 2;
+    for (int64_t t = 0; t < p->num_tokens; t++) {
+        const int64_t pos = rp_load_index(p->positions, p->pos_dtype, p->pos_stride, t);
+        const int64_t slot = rp_load_index(p->slots, p->slot_dtype, p->slot_stride, t);
+        for (int64_t i = 0; i < half; i++) {
+            const double angle = (double)pos * p->inv_freq[i];
+            const double c = cos(angle), s = sin(angle);
+            check_rotation(p, r, "q_rot", p->q, p->q_stride, p->q_rot, p->q_rot_stride,
+                           p->num_qo_heads, t, c, s, i);
+            check_rotation(p, r, "k_rot", p->k, p->k_stride, p->k_rot, p->k_rot_stride,
+                           p->num_kv_heads, t, c, s, i);
+        }
+        if (slot >= 0) {
+            check_copy(p, r, "k_pool (vs k_rot)", p->k_rot, p->k_rot_stride, p->k_pool,
+                       p->k_pool_stride, t, slot);
+            check_copy(p, r, "v_pool (vs v)", p->v, p->v_stride, p->v_pool, p->v_pool_stride, t, slot);
+        }
+    }
+}

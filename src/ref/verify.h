@@ -1,0 +1,29 @@
+/*
+ * verify.h — the contract's accuracy check, shared by the tests and the benchmark.
+ */
+#ifndef RP_VERIFY_H
+#define RP_VERIFY_H
+
+#include "../internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rp_verify_result {
+    int64_t checked;         /* output elements compared */
+    int64_t failures;        /* elements outside the bound, or pool rows not copied exactly */
+    double worst_ratio;      /* max |out - float64| / bound over elements not exactly rounded */
+    char first_failure[256]; /* the first failure, readable */
+} rp_verify_result;
+
+/* p describes a finished call: its inputs (q, k, v, positions, slots; for an in-place call, a
+ * copy of the original q and k), its outputs (q_rot, k_rot, and the pool rows named by slots)
+ * and inv_freq. Host memory only. */
+void rp_ref_verify(const rp_problem *p, rp_verify_result *r);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RP_VERIFY_H */

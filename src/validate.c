@@ -1,0 +1,343 @@
+/*
+ * validate.c — every check on a call, in one place, before anything is written.
+ *
+ * The seed's checks come first, in its order, with its exact texts (shapes printed as Python
+ * tuples), so that sglang users see the messages they know. Ours follow; each names the argument
+ * and the value at fault. The first failing check is the one reported.
+ */
+#include "internal.h"
+#include "overlap.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+enum { SHAPE_TEXT = 160 };
+
+typedef struct named {
+    const char *name;
+    const rp_tensor *t;
+} named;
+
+static int shape_is(const rp_tensor *t, int64_t d0, int64_t d1, int64_t d2)
+{
+    return t->shape[0] == d0 && t->shape[1] == d1 && t->shape[2] == d2;
+}
+
+static int same_shape(const rp_tensor *a, const rp_tensor *b)
+{
+    if (a->ndim != b->ndim)
+        return 0;
+    for (int i = 0; i < a->ndim && i < RP_MAX_DIMS; i++)
+        if (a->shape[i] != b->shape[i])
+            return 0;
+    return 1;
+}
+
+static int64_t numel(const rp_tensor *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim && i < RP_MAX_DIMS; i++)
+        n *= t->shape[i]; /* shapes are non-negative and the extent check bounds the product */
+    return n;
+}
+
+/* The seed's checks, verbatim (sgl_kernel/metal.py, rope_pool_fused). */
+static rp_status check_seed(const rp_rope_pool_args *a, rp_err *err)
+{
+    char s1[SHAPE_TEXT], s2[SHAPE_TEXT];
+    const rp_status bad = RP_ERR_INVALID_ARGUMENT;
+    if (a->q.ndim != 3 || a->k.ndim != 3 || a->v.ndim != 3)
+        return rp_fail(err, bad, "rope_pool_fused expects q/k/v to be 3-D");
+    if (a->positions.ndim != 1 || a->slots.ndim != 1)
+        return rp_fail(err, bad, "rope_pool_fused expects positions/slots to be 1-D");
+    if (a->k_pool.ndim != 3 || a->v_pool.ndim != 3)
+        return rp_fail(err, bad, "rope_pool_fused expects pool tensors to be 3-D");
+    const int64_t T = a->q.shape[0];
+    if (!shape_is(&a->q, T, a->num_qo_heads, a->head_dim))
+        return rp_fail(err, bad, "q shape must be [num_tokens, num_qo_heads, head_dim], got %s",
+                       rp_format_shape(s1, sizeof s1, &a->q));
+    if (!shape_is(&a->k, T, a->num_kv_heads, a->head_dim))
+        return rp_fail(err, bad, "k shape must be [num_tokens, num_kv_heads, head_dim], got %s",
+                       rp_format_shape(s1, sizeof s1, &a->k));
+    if (!same_shape(&a->v, &a->k))
+        return rp_fail(err, bad, "v shape must match k shape, got %s vs %s",
+                       rp_format_shape(s1, sizeof s1, &a->v), rp_format_shape(s2, sizeof s2, &a->k));
+    if (a->positions.shape[0] != T || a->slots.shape[0] != T)
+        return rp_fail(err, bad, "positions/slots must have one entry per token");
+    if (a->k_pool.shape[1] != a->num_kv_heads || a->k_pool.shape[2] != a->head_dim)
+        return rp_fail(err, bad, "k_pool has incompatible shape %s",
+                       rp_format_shape(s1, sizeof s1, &a->k_pool));
+    if (!same_shape(&a->v_pool, &a->k_pool))
+        return rp_fail(err, bad, "v_pool shape must match k_pool shape, got %s vs %s",
+                       rp_format_shape(s1, sizeof s1, &a->v_pool),
+                       rp_format_shape(s2, sizeof s2, &a->k_pool));
+    if (a->q.dtype != a->k.dtype || a->q.dtype != a->v.dtype)
+        return rp_fail(err, bad, "q/k/v dtypes must match");
+    if (a->k_pool.dtype != a->q.dtype || a->v_pool.dtype != a->q.dtype)
+        return rp_fail(err, bad, "pool dtypes must match q/k/v dtype");
+    return RP_OK;
+}
+
+static rp_status check_scalars(const rp_rope_pool_args *a, rp_err *err)
+{
+    const rp_status bad = RP_ERR_INVALID_ARGUMENT;
+    const rp_dtype dt = (rp_dtype)a->q.dtype;
+    if (dt != RP_F32 && dt != RP_F16 && dt != RP_BF16) {
+        if (dt == RP_DTYPE_UNSET)
+            return rp_fail(err, bad, "q dtype is not set (rp_tensor.dtype is 0)");
+        return rp_fail(err, bad, "q/k/v dtype %s is not supported: use float32, float16 or bfloat16",
+                       rp_dtype_name(dt));
+    }
+    const named index_arrays[] = {{"positions", &a->positions}, {"slots", &a->slots}};
+    for (int i = 0; i < 2; i++) {
+        const rp_dtype it = (rp_dtype)index_arrays[i].t->dtype;
+        if (it != RP_I32 && it != RP_I64)
+            return rp_fail(err, bad, "%s dtype must be int32 or int64, got %s", index_arrays[i].name,
+                           rp_dtype_name(it));
+    }
+    if (a->head_dim <= 0 || a->head_dim % 2 != 0)
+        return rp_fail(err, bad, "head_dim must be a positive even number, got %lld",
+                       (long long)a->head_dim);
+    if (a->num_qo_heads <= 0)
+        return rp_fail(err, bad, "num_qo_heads must be positive, got %lld",
+                       (long long)a->num_qo_heads);
+    if (a->num_kv_heads <= 0)
+        return rp_fail(err, bad, "num_kv_heads must be positive, got %lld",
+                       (long long)a->num_kv_heads);
+    if (!(isfinite(a->rope_base) && a->rope_base > 0.0))
+        return rp_fail(err, bad, "rope_base must be a positive finite number, got %g", a->rope_base);
+
+    if (a->style != RP_ROPE_NEOX)
+        return rp_fail(err, a->style == RP_ROPE_GPTJ ? RP_ERR_UNSUPPORTED : bad,
+                       "style %d is not supported: only RP_ROPE_NEOX (0) is implemented", (int)a->style);
+    if (a->rotary_dim != 0 && a->rotary_dim != a->head_dim)
+        return rp_fail(err, RP_ERR_UNSUPPORTED,
+                       "rotary_dim %lld is not supported: only 0 or head_dim (%lld) is implemented",
+                       (long long)a->rotary_dim, (long long)a->head_dim);
+    if (a->inv_freq != NULL)
+        return rp_fail(err, RP_ERR_UNSUPPORTED, "inv_freq (custom frequencies) is not supported yet: pass NULL");
+    if (a->num_threads < 0)
+        return rp_fail(err, bad, "num_threads must be >= 0 (0 = the context's), got %d", (int)a->num_threads);
+    if (a->flags & ~(uint32_t)RP_CHECK_SLOTS)
+        return rp_fail(err, bad, "flags 0x%x has unknown bits (known: RP_CHECK_SLOTS = 0x1)",
+                       (unsigned)a->flags);
+    int reserved = a->reserved0 != 0;
+    for (int i = 0; i < 8; i++)
+        reserved |= a->reserved[i] != 0;
+    if (reserved)
+        return rp_fail(err, bad, "rp_rope_pool_args reserved fields must be 0 (zero-initialise the struct)");
+    return RP_OK;
+}
+
+static const char *device_text(char *buf, size_t size, rp_device d)
+{
+    if (d.type == 0 || d.type == RP_DEVICE_CPU)
+        snprintf(buf, size, "cpu");
+    else if (d.type == RP_DEVICE_CUDA)
+        snprintf(buf, size, "cuda:%d", (int)d.index);
+    else
+        snprintf(buf, size, "device type %d", (int)d.type);
+    return buf;
+}
+
+static int same_device(rp_device a, rp_device b)
+{
+    const int ta = a.type == 0 ? RP_DEVICE_CPU : a.type, tb = b.type == 0 ? RP_DEVICE_CPU : b.type;
+    return ta == tb && (ta == RP_DEVICE_CPU || a.index == b.index);
+}
+
+/* Outputs: shapes and dtypes; then, for all nine tensors, memory: devices, data, alignment,
+ * addressable strides; then writability and aliasing of the outputs. */
+static rp_status check_memory(const rp_rope_pool_args *a, rp_err *err)
+{
+    char s1[SHAPE_TEXT], s2[SHAPE_TEXT];
+    const rp_status bad = RP_ERR_INVALID_ARGUMENT;
+    const named rot[2][2] = {{{"q_rot", &a->q_rot}, {"q", &a->q}}, {{"k_rot", &a->k_rot}, {"k", &a->k}}};
+    for (int i = 0; i < 2; i++) {
+        const rp_tensor *out = rot[i][0].t, *in = rot[i][1].t;
+        if (!same_shape(out, in))
+            return rp_fail(err, bad, "%s shape must match %s shape, got %s vs %s", rot[i][0].name,
+                           rot[i][1].name, rp_format_shape(s1, sizeof s1, out),
+                           rp_format_shape(s2, sizeof s2, in));
+        if (out->dtype != in->dtype)
+            return rp_fail(err, bad, "%s dtype must match %s dtype, got %s vs %s", rot[i][0].name,
+                           rot[i][1].name, rp_dtype_name((rp_dtype)out->dtype),
+                           rp_dtype_name((rp_dtype)in->dtype));
+    }
+
+    const named all[9] = {{"q", &a->q},           {"k", &a->k},         {"v", &a->v},
+                          {"positions", &a->positions}, {"slots", &a->slots},
+                          {"k_pool", &a->k_pool}, {"v_pool", &a->v_pool},
+                          {"q_rot", &a->q_rot},   {"k_rot", &a->k_rot}};
+    const named *inputs = all, *outputs = all + 5;
+    for (int i = 0; i < 9; i++) {
+        const rp_tensor *t = all[i].t;
+        for (int d = 0; d < t->ndim; d++)
+            if (t->shape[d] < 0)
+                return rp_fail(err, bad, "%s shape %s has a negative dimension", all[i].name,
+                               rp_format_shape(s1, sizeof s1, t));
+        if (t->reserved != 0 || (t->flags & ~(uint32_t)RP_TENSOR_READ_ONLY))
+            return rp_fail(err, bad, "%s: rp_tensor reserved bits must be 0 (flags 0x%x)", all[i].name,
+                           (unsigned)t->flags);
+        if (t->device.type != 0 && t->device.type != RP_DEVICE_CPU && t->device.type != RP_DEVICE_CUDA)
+            return rp_fail(err, bad, "%s has unknown device type %d", all[i].name, (int)t->device.type);
+        if (!same_device(t->device, a->q.device))
+            return rp_fail(err, bad, "all tensors must be on one device: %s is on %s but q is on %s",
+                           all[i].name, device_text(s1, sizeof s1, t->device),
+                           device_text(s2, sizeof s2, a->q.device));
+    }
+    for (int i = 0; i < 9; i++) {
+        const rp_tensor *t = all[i].t;
+        const size_t elem = rp_dtype_size((rp_dtype)t->dtype);
+        rp_extent ext;
+        if (rp_tensor_is_empty(t))
+            continue;
+        if (t->data == NULL)
+            return rp_fail(err, bad, "%s data is NULL but it has %lld elements", all[i].name,
+                           (long long)numel(t));
+        if ((uintptr_t)t->data % elem != 0)
+            return rp_fail(err, bad, "%s data %p is not aligned to its %zu-byte %s elements",
+                           all[i].name, t->data, elem, rp_dtype_name((rp_dtype)t->dtype));
+        if (!rp_tensor_extent(t, &ext))
+            return rp_fail(err, bad, "%s strides overflow the address space for shape %s",
+                           all[i].name, rp_format_shape(s1, sizeof s1, t));
+    }
+    for (int o = 0; o < 4; o++) {
+        const rp_tensor *t = outputs[o].t;
+        if (t->flags & RP_TENSOR_READ_ONLY)
+            return rp_fail(err, bad, "%s is read-only, but the call writes it", outputs[o].name);
+        if (rp_tensor_self_overlaps(t))
+            return rp_fail(err, RP_ERR_OVERLAP,
+                           "%s has overlapping elements (strides (%lld, %lld, %lld) for shape %s)",
+                           outputs[o].name, (long long)t->strides[0], (long long)t->strides[1],
+                           (long long)t->strides[2], rp_format_shape(s1, sizeof s1, t));
+    }
+    for (int o = 0; o < 4; o++) {
+        const rp_tensor *out = outputs[o].t;
+        for (int i = 0; i < 5; i++) {
+            const rp_tensor *in = inputs[i].t;
+            const int in_place = (out == &a->q_rot && in == &a->q) || (out == &a->k_rot && in == &a->k);
+            if (in_place && out->data == in->data) {
+                int identical = 1;
+                for (int d = 0; d < 3; d++)
+                    identical &= out->strides[d] == in->strides[d] || out->shape[d] <= 1;
+                if (identical)
+                    continue;
+            }
+            if (rp_tensors_overlap(out, in))
+                return rp_fail(err, RP_ERR_OVERLAP,
+                               "%s overlaps %s: outputs may share memory with inputs only as "
+                               "q_rot = q or k_rot = k (same data, shape and strides)",
+                               outputs[o].name, inputs[i].name);
+        }
+        for (int p = 0; p < o; p++)
+            if (rp_tensors_overlap(out, outputs[p].t))
+                return rp_fail(err, RP_ERR_OVERLAP, "%s overlaps %s: outputs must not share memory",
+                               outputs[o].name, outputs[p].name);
+    }
+    return RP_OK;
+}
+
+static void copy3(int64_t dst[3], const rp_tensor *t)
+{
+    dst[0] = t->strides[0];
+    dst[1] = t->strides[1];
+    dst[2] = t->strides[2];
+}
+
+rp_status rp_validate(const rp_rope_pool_args *a, rp_problem *p, rp_err *err)
+{
+    rp_status st;
+    if (a == NULL)
+        return rp_fail(err, RP_ERR_INVALID_ARGUMENT, "args is NULL");
+    if ((st = check_seed(a, err)) != RP_OK || (st = check_scalars(a, err)) != RP_OK ||
+        (st = check_memory(a, err)) != RP_OK)
+        return st;
+
+    p->num_tokens = a->q.shape[0];
+    p->num_qo_heads = a->num_qo_heads;
+    p->num_kv_heads = a->num_kv_heads;
+    p->head_dim = a->head_dim;
+    p->pool_size = a->k_pool.shape[0];
+    p->dtype = (rp_dtype)a->q.dtype;
+    p->pos_dtype = (rp_dtype)a->positions.dtype;
+    p->slot_dtype = (rp_dtype)a->slots.dtype;
+    p->q = a->q.data;
+    p->k = a->k.data;
+    p->v = a->v.data;
+    p->positions = a->positions.data;
+    p->slots = a->slots.data;
+    p->q_rot = a->q_rot.data;
+    p->k_rot = a->k_rot.data;
+    p->k_pool = a->k_pool.data;
+    p->v_pool = a->v_pool.data;
+    copy3(p->q_stride, &a->q);
+    copy3(p->k_stride, &a->k);
+    copy3(p->v_stride, &a->v);
+    copy3(p->q_rot_stride, &a->q_rot);
+    copy3(p->k_rot_stride, &a->k_rot);
+    copy3(p->k_pool_stride, &a->k_pool);
+    copy3(p->v_pool_stride, &a->v_pool);
+    p->pos_stride = a->positions.strides[0];
+    p->slot_stride = a->slots.strides[0];
+    const int64_t *inner[7] = {p->q_stride, p->k_stride, p->v_stride, p->q_rot_stride,
+                               p->k_rot_stride, p->k_pool_stride, p->v_pool_stride};
+    p->inner_contiguous = 1;
+    for (int i = 0; i < 7; i++)
+        p->inner_contiguous &= inner[i][2] == 1;
+    p->inv_freq = NULL;
+    return RP_OK;
+}
+
+rp_status rp_fail_slot_out_of_range(rp_err *err, int64_t slot, int64_t token, int64_t pool_size)
+{
+    return rp_fail(err, RP_ERR_SLOT_OUT_OF_RANGE,
+                   "slot %lld of token %lld is out of range for a pool of %lld slots "
+                   "(valid: 0 <= slot < %lld; negative skips the write)",
+                   (long long)slot, (long long)token, (long long)pool_size, (long long)pool_size);
+}
+
+/* Open-addressing set of slots seen so far, mapping slot -> first token. */
+typedef struct slot_entry {
+    int64_t slot; /* -1 = empty (only slots >= 0 are stored) */
+    int64_t token;
+} slot_entry;
+
+rp_status rp_validate_slots(const rp_problem *p, const void *slots, rp_err *err)
+{
+    const int64_t T = p->num_tokens;
+    enum { STACK_ENTRIES = 512 };
+    slot_entry stack[STACK_ENTRIES];
+    size_t cap = 16;
+    while (cap < 2 * (size_t)T)
+        cap *= 2;
+    slot_entry *set = stack;
+    if (cap > STACK_ENTRIES && (set = malloc(cap * sizeof *set)) == NULL)
+        return rp_fail(err, RP_ERR_OUT_OF_MEMORY, "out of memory checking %lld slots for duplicates",
+                       (long long)T);
+    for (size_t i = 0; i < cap; i++)
+        set[i].slot = -1;
+    rp_status st = RP_OK;
+    for (int64_t t = 0; t < T && st == RP_OK; t++) {
+        const int64_t slot = rp_load_index(slots, p->slot_dtype, p->slot_stride, t);
+        if (slot < 0)
+            continue;
+        if (slot >= p->pool_size) {
+            st = rp_fail_slot_out_of_range(err, slot, t, p->pool_size);
+            break;
+        }
+        size_t h = (size_t)(((uint64_t)slot * 0x9e3779b97f4a7c15ull) >> 17) & (cap - 1);
+        while (set[h].slot >= 0 && set[h].slot != slot)
+            h = (h + 1) & (cap - 1);
+        if (set[h].slot == slot)
+            st = rp_fail(err, RP_ERR_DUPLICATE_SLOT,
+                         "slot %lld is used by tokens %lld and %lld: each slot may be written once per call",
+                         (long long)slot, (long long)set[h].token, (long long)t);
+        set[h].slot = slot;
+        set[h].token = t;
+    }
+    if (set != stack)
+        free(set);
+    return st;
+}
