@@ -29,10 +29,12 @@ rp_status rp_cuda_context_check(void *state, void *stream, rp_err *err)
     return no_cuda(err);
 }
 
-rp_status rp_cuda_rope_pool(void *state, const rp_problem *p, uint32_t flags, void *stream, rp_err *err)
+rp_status rp_cuda_rope_pool(void *state, const rp_problem *p, rp_parts parts, uint32_t flags,
+                            void *stream, rp_err *err)
 {
     (void)state;
     (void)p;
+    (void)parts;
     (void)flags;
     (void)stream;
     return no_cuda(err);

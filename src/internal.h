@@ -138,8 +138,15 @@ void rp_cuda_context_free(void *state);
 rp_status rp_cuda_context_check(void *state, void *stream, rp_err *err);
 /* Launches a validated problem whose tensors are on a CUDA device (with RP_CHECK_SLOTS: validates
  * the slots on the host first). inv_freq is host memory [head_dim/2]. */
-rp_status rp_cuda_rope_pool(void *state, const rp_problem *p, uint32_t flags, void *stream,
-                            rp_err *err);
+rp_status rp_cuda_rope_pool(void *state, const rp_problem *p, rp_parts parts, uint32_t flags,
+                            void *stream, rp_err *err);
+
+/* ---- the entry point, with the parts selectable (benchmark's unfused baseline) ------------------ */
+
+/* rp_rope_pool_fused() is rp_rope_pool_run(ctx, args, RP_PARTS_ALL, ...). RP_PARTS_SCATTER reads
+ * k_rot as its input: run RP_PARTS_ROTATE first. */
+rp_status rp_rope_pool_run(rp_context *ctx, const rp_rope_pool_args *args, rp_parts parts,
+                           char *errbuf, size_t errbuf_size);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,12 @@ enum { RP_FREQ_ON_STACK = 512 }; /* head_dim up to 1024 needs no allocation */
 rp_status rp_rope_pool_fused(rp_context *ctx, const rp_rope_pool_args *args, char *errbuf,
                              size_t errbuf_size)
 {
+    return rp_rope_pool_run(ctx, args, RP_PARTS_ALL, errbuf, errbuf_size);
+}
+
+rp_status rp_rope_pool_run(rp_context *ctx, const rp_rope_pool_args *args, rp_parts parts,
+                           char *errbuf, size_t errbuf_size)
+{
     rp_err err = {errbuf, errbuf_size};
     rp_problem p;
     if (errbuf && errbuf_size)
@@ -45,9 +51,9 @@ rp_status rp_rope_pool_fused(rp_context *ctx, const rp_rope_pool_args *args, cha
     p.inv_freq = freq;
 
     if (on_cuda)
-        st = rp_cuda_rope_pool(ctx->cuda_state, &p, args->flags, args->stream, &err);
+        st = rp_cuda_rope_pool(ctx->cuda_state, &p, parts, args->flags, args->stream, &err);
     else
-        st = rp_cpu_rope_pool(ctx, &p, RP_PARTS_ALL, args->num_threads, &err);
+        st = rp_cpu_rope_pool(ctx, &p, parts, args->num_threads, &err);
 
     if (freq != stack_freq)
         free(freq);
