@@ -43,7 +43,10 @@ static const char usage[] =
     "  --svg FILE          plot time per call and % of roofline against T\n"
     "  --list-presets      print the presets and exit\n"
     "  --list-backends     print which backends can run here and exit\n"
-    "  -h, --help          print this and exit\n";
+    "  -h, --help          print this and exit\n"
+    "\n"
+    "Exit status: 0 every result verified; 1 a run failed; 2 a bad argument, or --backend cuda\n"
+    "without a usable GPU; 3 some result failed verification.\n";
 
 static int fail(const char *fmt, ...)
 {
