@@ -234,7 +234,10 @@ int bench_parse_args(int argc, char **argv, bench_options *o)
         if (!strcmp(opt, "--no-unfused") || !strcmp(opt, "--no-verify")) {
             if (arg)
                 return fail("%s takes no value", opt);
-            *(opt[5] == 'u' ? &o->unfused : &o->verify) = 0;
+            if (!strcmp(opt, "--no-unfused"))
+                o->unfused = 0;
+            else
+                o->verify = 0;
             continue;
         }
 
