@@ -1,0 +1,183 @@
+/*
+ * inputs.c — the seeded host inputs every backend uses, the arguments of one call over them, and
+ * the verification of a finished call against the float64 reference (rp_ref_verify).
+ */
+#include "bench.h"
+
+#include "dtype.h"
+#include "internal.h"
+#include "ref/verify.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void *bench_alloc(size_t bytes)
+{
+    const size_t align = 64;
+    return aligned_alloc(align, (bytes + align - 1) / align * align + align);
+}
+
+/* xorshift64*: tiny, fast, and plenty for benchmark inputs. */
+typedef struct bench_rng {
+    uint64_t x;
+} bench_rng;
+
+static uint64_t rng_next(bench_rng *r)
+{
+    r->x ^= r->x >> 12;
+    r->x ^= r->x << 25;
+    r->x ^= r->x >> 27;
+    return r->x * 0x2545f4914f6cdd1dull;
+}
+
+static uint64_t rng_below(bench_rng *r, uint64_t n)
+{
+    return (uint64_t)(((unsigned __int128)rng_next(r) * n) >> 64);
+}
+
+static void fill_values(bench_rng *r, void *buf, rp_dtype dtype, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const double x = (double)(rng_next(r) >> 11) * 0x1p-51 - 2.0; /* uniform in [-2, 2) */
+        switch (dtype) {
+        case RP_F32: ((float *)buf)[i] = (float)x; break;
+        case RP_F16: ((uint16_t *)buf)[i] = rp_double_to_f16_bits(x); break;
+        default: ((uint16_t *)buf)[i] = rp_double_to_bf16_bits(x); break;
+        }
+    }
+}
+
+static void store_index(void *buf, rp_dtype dtype, int64_t i, int64_t value)
+{
+    if (dtype == RP_I64)
+        ((int64_t *)buf)[i] = value;
+    else
+        ((int32_t *)buf)[i] = (int32_t)value;
+}
+
+size_t bench_rows_bytes(const bench_layout *L, int64_t tokens, int64_t heads)
+{
+    return (size_t)tokens * (size_t)heads * (size_t)L->d * rp_dtype_size(L->dtype);
+}
+
+size_t bench_index_bytes(const bench_layout *L, int64_t tokens)
+{
+    return (size_t)tokens * rp_dtype_size(L->index_dtype);
+}
+
+double bench_op_bytes(const bench_layout *L, int64_t tokens)
+{
+    return (double)bench_rows_bytes(L, tokens, 2 * L->hq + 5 * L->hk) +
+           2.0 * (double)bench_index_bytes(L, tokens);
+}
+
+int bench_inputs_create(bench_inputs *in, const bench_layout *L, int64_t tokens,
+                        int64_t max_position, uint64_t seed, char *msg, size_t msg_size)
+{
+    memset(in, 0, sizeof *in);
+    in->tokens = tokens;
+    in->q = bench_alloc(bench_rows_bytes(L, tokens, L->hq));
+    in->k = bench_alloc(bench_rows_bytes(L, tokens, L->hk));
+    in->v = bench_alloc(bench_rows_bytes(L, tokens, L->hk));
+    in->positions = bench_alloc(bench_index_bytes(L, tokens));
+    in->slots = bench_alloc(bench_index_bytes(L, tokens));
+    /* Distinct slots: the first `tokens` steps of a Fisher-Yates shuffle of [0, pool). The
+     * permutation costs 4 bytes a slot, less than the pools themselves. */
+    uint32_t *perm = malloc((size_t)L->pool_size * sizeof *perm);
+    if (!in->q || !in->k || !in->v || !in->positions || !in->slots || !perm) {
+        free(perm);
+        bench_inputs_free(in);
+        snprintf(msg, msg_size, "out of memory for the inputs of %lld tokens", (long long)tokens);
+        return -1;
+    }
+    bench_rng r = {(seed ^ 0x9e3779b97f4a7c15ull) | 1};
+    fill_values(&r, in->q, L->dtype, bench_rows_bytes(L, tokens, L->hq) / rp_dtype_size(L->dtype));
+    fill_values(&r, in->k, L->dtype, bench_rows_bytes(L, tokens, L->hk) / rp_dtype_size(L->dtype));
+    fill_values(&r, in->v, L->dtype, bench_rows_bytes(L, tokens, L->hk) / rp_dtype_size(L->dtype));
+    for (int64_t s = 0; s < L->pool_size; s++)
+        perm[s] = (uint32_t)s;
+    for (int64_t t = 0; t < tokens; t++) {
+        const int64_t j = t + (int64_t)rng_below(&r, (uint64_t)(L->pool_size - t));
+        const uint32_t slot = perm[j];
+        perm[j] = perm[t];
+        perm[t] = slot;
+        store_index(in->slots, L->index_dtype, t, slot);
+        store_index(in->positions, L->index_dtype, t, (int64_t)rng_below(&r, (uint64_t)max_position));
+    }
+    free(perm);
+    return 0;
+}
+
+void bench_inputs_free(bench_inputs *in)
+{
+    free(in->q);
+    free(in->k);
+    free(in->v);
+    free(in->positions);
+    free(in->slots);
+    memset(in, 0, sizeof *in);
+}
+
+rp_rope_pool_args bench_call_args(const bench_layout *L, const bench_buffers *b, int64_t first,
+                                  int64_t T, rp_device device)
+{
+    const size_t es = rp_dtype_size(L->dtype), is = rp_dtype_size(L->index_dtype);
+    const size_t q_off = (size_t)first * (size_t)(L->hq * L->d) * es;
+    const size_t kv_off = (size_t)first * (size_t)(L->hk * L->d) * es;
+    rp_rope_pool_args a;
+    memset(&a, 0, sizeof a);
+    a.q = rp_tensor_3d((char *)b->q + q_off, L->dtype, T, L->hq, L->d);
+    a.k = rp_tensor_3d((char *)b->k + kv_off, L->dtype, T, L->hk, L->d);
+    a.v = rp_tensor_3d((char *)b->v + kv_off, L->dtype, T, L->hk, L->d);
+    a.positions = rp_tensor_1d((char *)b->positions + (size_t)first * is, L->index_dtype, T);
+    a.slots = rp_tensor_1d((char *)b->slots + (size_t)first * is, L->index_dtype, T);
+    a.k_pool = rp_tensor_3d(b->k_pool, L->dtype, L->pool_size, L->hk, L->d);
+    a.v_pool = rp_tensor_3d(b->v_pool, L->dtype, L->pool_size, L->hk, L->d);
+    a.q_rot = rp_tensor_3d((char *)b->q_rot + q_off, L->dtype, T, L->hq, L->d);
+    a.k_rot = rp_tensor_3d((char *)b->k_rot + kv_off, L->dtype, T, L->hk, L->d);
+    rp_tensor *all[9] = {&a.q, &a.k, &a.v, &a.positions, &a.slots, &a.k_pool, &a.v_pool, &a.q_rot, &a.k_rot};
+    for (int i = 0; i < 9; i++)
+        all[i]->device = device;
+    a.head_dim = L->d;
+    a.num_qo_heads = L->hq;
+    a.num_kv_heads = L->hk;
+    a.rope_base = L->rope_base;
+    return a;
+}
+
+rp_rope_pool_args *bench_set_args(const bench_layout *L, const bench_buffers *b, int64_t T,
+                                  int64_t sets, rp_device device, void *stream)
+{
+    rp_rope_pool_args *args = malloc((size_t)sets * sizeof *args);
+    for (int64_t s = 0; args && s < sets; s++) {
+        args[s] = bench_call_args(L, b, s * T, T, device);
+        args[s].stream = stream;
+    }
+    return args;
+}
+
+int bench_verify(const bench_layout *L, const bench_buffers *b, int64_t tokens, bench_check *c,
+                 char *msg, size_t msg_size)
+{
+    const rp_device host = {RP_DEVICE_CPU, 0};
+    const rp_rope_pool_args a = bench_call_args(L, b, 0, tokens, host);
+    char why[256];
+    rp_err err = {why, sizeof why};
+    rp_problem p;
+    if (rp_validate(&a, &p, &err) != RP_OK) {
+        snprintf(msg, msg_size, "verification: the outputs do not form a valid call: %s", why);
+        return -1;
+    }
+    double freq[512]; /* head_dim <= 1024 */
+    rp_compute_inv_freq(L->rope_base, L->d, freq);
+    p.inv_freq = freq;
+    rp_verify_result r;
+    rp_ref_verify(&p, &r);
+    c->done = 1;
+    c->checked = r.checked;
+    c->failures = r.failures;
+    c->worst_ratio = r.worst_ratio;
+    snprintf(c->first_failure, sizeof c->first_failure, "%s", r.first_failure);
+    return 0;
+}
