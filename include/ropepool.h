@@ -136,9 +136,16 @@ typedef struct rp_tensor {
 } rp_tensor;
 
 /* Contiguous (row-major) tensors on the CPU; set .device for device memory. */
+/* Value-initialised in C++ ({} there, {0} in C), so -Wextra stays quiet in both languages. */
+#ifdef __cplusplus
+#  define RP_ZERO_INIT {}
+#else
+#  define RP_ZERO_INIT {0}
+#endif
+
 static inline rp_tensor rp_tensor_1d(void *data, rp_dtype dtype, int64_t n0)
 {
-    rp_tensor t = {0};
+    rp_tensor t = RP_ZERO_INIT;
     t.data = data;
     t.ndim = 1;
     t.dtype = (int32_t)dtype;
@@ -149,7 +156,7 @@ static inline rp_tensor rp_tensor_1d(void *data, rp_dtype dtype, int64_t n0)
 
 static inline rp_tensor rp_tensor_3d(void *data, rp_dtype dtype, int64_t n0, int64_t n1, int64_t n2)
 {
-    rp_tensor t = {0};
+    rp_tensor t = RP_ZERO_INIT;
     t.data = data;
     t.ndim = 3;
     t.dtype = (int32_t)dtype;
