@@ -1,0 +1,33 @@
+"""ropepool: NeoX RoPE fused with the KV-cache pool write, on NumPy arrays and PyTorch tensors.
+
+The call of sglang's ``sgl_kernel.metal.rope_pool_fused``, backed by the C library libropepool::
+
+    import ropepool
+    q_rot, k_rot, k_pool, v_pool = ropepool.rope_pool_fused(
+        q, k, v, positions, slots, k_pool, v_pool,
+        head_dim=D, num_qo_heads=Hq, num_kv_heads=Hk, rope_base=500000.0)
+
+Every refusal is a :class:`RopePoolError` (a ``ValueError``) carrying the library's message.
+"""
+
+from ._ropepool import (
+    RopePoolError,
+    check_cuda,
+    cpu_kernel,
+    has_cuda,
+    num_threads,
+    rope_pool_fused,
+    version,
+)
+
+__version__ = version()
+
+__all__ = [
+    "RopePoolError",
+    "check_cuda",
+    "cpu_kernel",
+    "has_cuda",
+    "num_threads",
+    "rope_pool_fused",
+    "version",
+]
