@@ -10,15 +10,23 @@ The call of sglang's ``sgl_kernel.metal.rope_pool_fused``, backed by the C libra
 Every refusal is a :class:`RopePoolError` (a ``ValueError``) carrying the library's message.
 """
 
-from ._ropepool import (
-    RopePoolError,
-    check_cuda,
-    cpu_kernel,
-    has_cuda,
-    num_threads,
-    rope_pool_fused,
-    version,
-)
+try:
+    from ._ropepool import (
+        RopePoolError,
+        check_cuda,
+        cpu_kernel,
+        has_cuda,
+        num_threads,
+        rope_pool_fused,
+        version,
+    )
+except ModuleNotFoundError as error:  # the source tree's python/ropepool, not a built package
+    if error.name != __name__ + "._ropepool":
+        raise
+    raise ImportError(
+        "ropepool's extension module is not built here (" + __path__[0] + "): install the package "
+        "with `python3 -m pip install ./python`, or run `make` and use PYTHONPATH=build/python"
+    ) from error
 
 __version__ = version()
 
