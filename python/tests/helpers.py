@@ -50,6 +50,9 @@ class NumpyFramework:
     def f64(self, x):
         return np.asarray(x).astype(np.float64)
 
+    def astype(self, x, dtype):
+        return x.astype(dtype)
+
     def bits(self, x):
         x = np.ascontiguousarray(x)
         return x.view(UINT_OF_SIZE[x.dtype.itemsize]).copy()
@@ -88,6 +91,9 @@ class TorchFramework:
 
     def f64(self, x):
         return x.detach().to("cpu", self.torch.float64).numpy()
+
+    def astype(self, x, dtype):
+        return x.to(getattr(self.torch, dtype))
 
     def bits(self, x):
         size = x.element_size()

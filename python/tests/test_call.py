@@ -121,7 +121,7 @@ def test_argument_that_is_not_an_array_is_named(ropepool, fw, index):
     name = ["q", "k", "v", "positions", "slots", "k_pool", "v_pool"][index]
     before = [fw.bits(a) for a in args]
     args[index] = np.asarray(fw.f64(args[index])).tolist()  # the same numbers, as a list
-    expected = (f"q must be a numpy.ndarray or a torch.Tensor, got list" if index == 0 else
+    expected = ("q must be a numpy.ndarray or a torch.Tensor, got list" if index == 0 else
                 f"{name} must be a {'numpy.ndarray' if fw.name == 'numpy' else 'torch.Tensor'} like q, got list")
     with pytest.raises(TypeError) as info:
         ropepool.rope_pool_fused(*args, **p.kwargs())
@@ -181,11 +181,8 @@ def test_read_only_inputs_are_fine(ropepool, np_fw):
 @pytest.mark.parametrize("dtype", ["float64", "int8", "int32"])
 def test_unsupported_data_dtype_gets_the_librarys_message(ropepool, fw, dtype):
     p = Problem(fw)
-    as_dtype = {"numpy": lambda x: np.asarray(fw.f64(x)).astype(dtype)}.get(fw.name)
-    if as_dtype is None:
-        torch = fw.torch
-        as_dtype = lambda x: x.to(getattr(torch, dtype))  # noqa: E731
-    arrays = [as_dtype(x) for x in (p.q, p.k, p.v)] + p.arrays()[3:5] + [as_dtype(p.k_pool), as_dtype(p.v_pool)]
+    arrays = [fw.astype(x, dtype) for x in (p.q, p.k, p.v)] + p.arrays()[3:5]
+    arrays += [fw.astype(p.k_pool, dtype), fw.astype(p.v_pool, dtype)]
     expect_refusal(ropepool, fw, arrays, p.kwargs(),
                    f"q/k/v dtype {dtype} is not supported: use float32, float16 or bfloat16")
 
@@ -193,12 +190,8 @@ def test_unsupported_data_dtype_gets_the_librarys_message(ropepool, fw, dtype):
 @pytest.mark.parametrize("dtype", ["float32", "uint32", "int16"])
 def test_index_dtype_gets_the_librarys_message(ropepool, fw, dtype):
     p = Problem(fw)
-    if fw.name != "numpy":
-        bad = p.positions.to(getattr(fw.torch, dtype))
-    else:
-        bad = p.positions.astype(dtype)
     arrays = p.arrays()
-    arrays[3] = bad
+    arrays[3] = fw.astype(p.positions, dtype)
     expect_refusal(ropepool, fw, arrays, p.kwargs(), f"positions dtype must be int32 or int64, got {dtype}")
 
 
