@@ -174,6 +174,13 @@ class Problem:
         args = list(arrays) + self.arrays()[len(arrays):]
         return ropepool.rope_pool_fused(*args, **self.kwargs(**overrides))
 
+    def guard_pools(self, rows=4):
+        """Makes the pools the first P rows of buffers `rows` rows longer, so that a write past the
+        pool's end lands somewhere a test can see. Returns the two whole buffers."""
+        longer = Problem(self.fw, T=0, Hk=self.Hk, D=self.D, P=self.P + rows, dtype=self.dtype, seed=99)
+        self.k_pool, self.v_pool = longer.k_pool[:self.P], longer.v_pool[:self.P]
+        return longer.k_pool, longer.v_pool
+
     def snapshot(self, *extra):
         """Bits of every array the caller owns: to prove what a call did (not) change."""
         return [self.fw.bits(x) for x in self.arrays() + list(extra)]

@@ -126,11 +126,14 @@ def test_pool_that_is_one_layer_of_a_layer_major_buffer(ropepool, fw):
 
 def test_slot_past_the_pool_end_is_refused(ropepool, fw):
     p = Problem(fw, T=6, P=16, slots=[4, 5, 16, 7, 8, 9])
+    buffers = p.guard_pools()  # the rows just past the pool end must stay as they are too
+    before = [fw.bits(b) for b in buffers]
     kw = p.kwargs(checked=True)  # CUDA checks slot values on the host only when asked
     expect_refusal(ropepool, fw, p.arrays(), kw,
                    "slot 16 of token 2 is out of range for a pool of 16 slots "
                    "(valid: 0 <= slot < 16; negative skips the write)",
                    status="RP_ERR_SLOT_OUT_OF_RANGE")
+    assert all(np.array_equal(b, fw.bits(x)) for b, x in zip(before, buffers))
 
 
 def test_slot_far_past_the_pool_end_is_refused_with_int64_slots(ropepool, fw):

@@ -59,10 +59,13 @@ def test_cpu_and_gpu_agree_with_the_float64_reference(ropepool, gpu, cpu, dtype)
 def test_out_of_range_slot_is_never_written_and_check_cuda_reports_the_cpu_message(ropepool, gpu, cpu):
     expected = cpu_message(ropepool, cpu, slots=OUT_OF_RANGE)
     p = Problem(gpu, slots=OUT_OF_RANGE)
+    buffers = p.guard_pools()  # a write to slot 16 would land in row 16 of these
+    guard_rows = [gpu.bits(b[p.P:]) for b in buffers]
     before = p.snapshot()
     result = p.call(ropepool)  # the kernel checks slots on the device: no host synchronisation
     gpu.sync()
     # Every other token's rows were written; the bad slot wrote nothing anywhere.
+    assert all(np.array_equal(g, gpu.bits(b[p.P:])) for g, b in zip(guard_rows, buffers))
     p.slots = gpu.index([s if s < p.P else -1 for s in OUT_OF_RANGE])
     before[4] = gpu.bits(p.slots)
     check_call(p, before, result)
