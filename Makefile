@@ -47,9 +47,9 @@ asan:
 	cmake --build $(BUILD)-asan -j $(JOBS)
 	ctest --test-dir $(BUILD)-asan --output-on-failure -j $(JOBS) -LE slow
 
-# Everything with warnings as errors.
-werror:
-	cmake -S . -B $(BUILD)-werror -DROPEPOOL_WERROR=ON -DROPEPOOL_PYTHON=OFF $(CMAKE_FLAGS)
+# Everything with warnings as errors, the Python extension included.
+werror: $(VENV)/.ready
+	cmake -S . -B $(BUILD)-werror -DROPEPOOL_WERROR=ON -DPython3_EXECUTABLE=$(VENV_PY) $(CMAKE_FLAGS)
 	cmake --build $(BUILD)-werror -j $(JOBS)
 
 install: build
