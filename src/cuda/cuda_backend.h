@@ -25,19 +25,28 @@ typedef struct rp_cuda_slot_status {
 typedef struct rp_cuda_state {
     int device;
     int num_sms;
+    int compute_capability; /* major * 10 + minor */
     /* Device memory: [0] is what kernels update, [1] receives [0] when a check takes it. */
     rp_cuda_slot_status *status;
 } rp_cuda_state;
 
 /* How a call is launched. Made by rp_cuda_make_plan, the one place where geometry is chosen. */
 typedef struct rp_cuda_plan {
-    int vectorized;          /* 1: 16-byte kernel; 0: the plain strided kernel                  */
-    int items_per_token;     /* vectorized: (heads touched) x (D/2 / elements per 16 bytes)     */
-    int items_per_thread;    /* vectorized: items whose loads are issued before the barrier    */
-    int threads_x;           /* vectorized: threads per token; strided: threads per block       */
-    int tokens_per_block;    /* vectorized: blockDim.y, tokens sharing one block and its table  */
-    unsigned int grid;       /* blocks                                                          */
-    size_t shared_bytes;     /* vectorized: the (token, frequency) cos/sin table                */
+    int vectorized;          /* 1: 16-byte kernel; 0: the plain strided kernel                   */
+    /* vectorized kernel: block (groups_per_block, heads_per_pass, tokens_per_block), grid (grid,
+     * chunks). A frequency group is the 16 bytes of pairs one thread rotates in one head.        */
+    int groups_per_block;    /* a token's groups one block serves; the token spans `chunks` blocks */
+    int chunks;
+    int heads;               /* heads the call touches: Hq + 2 Hk (all), Hq + Hk (rotate), 2 Hk  */
+    int heads_per_pass;      /* blockDim.y; a thread serves heads y, y + heads_per_pass, ...     */
+    int items_per_thread;    /* heads per thread whose loads are issued before the barrier      */
+    int tokens_per_block;    /* blockDim.z: tokens sharing one block                              */
+    int threads_x;           /* strided kernel: threads per block                                 */
+    int overlap_launch;      /* launch with programmatic stream serialization (sm_90+): the launch
+                                and index setup overlap the kernel before it on the stream; the
+                                kernel waits for that kernel's completion before touching memory */
+    unsigned int grid;       /* blocks (gridDim.x)                                                */
+    size_t shared_bytes;     /* vectorized: the (token, frequency) cos/sin table                  */
 } rp_cuda_plan;
 
 #ifdef __cplusplus

@@ -125,13 +125,54 @@ template <> struct rp_elem<RP_BF16> : rp_elem16<__nv_bfloat162> {
     static __device__ __forceinline__ __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
 };
 
+/* ---- programmatic dependent launch (sm_90+; no-ops before) ---------------------------------------
+ * A kernel launched with programmatic stream serialization may start while the kernel before it on
+ * the stream is still running; it must wait for that kernel (completion and memory) before it
+ * reads or writes global memory. Letting dependents launch early is always safe: they wait too. */
+
+__device__ __forceinline__ void rp_wait_for_prior_kernel(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void rp_let_next_kernel_launch(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
 /* ---- indices ---------------------------------------------------------------------------------- */
 
-/* Entry t of a positions or slots array of int32 (is64 = 0) or int64. */
-__device__ __forceinline__ long long rp_load_index_dev(const void *base, int is64, long long stride,
-                                                       long long t)
+/* Entry t of a positions or slots array of int32 (is64 = 0) or int64, in two steps: issue() reads
+ * the raw 32-bit words with unconditional loads from a selected address, value() assembles them.
+ * A plain `is64 ? load64 : load32` merges both loads into one register, and the instruction that
+ * sign-extends the int32 result then waits for the load at once (a write-after-write on that
+ * register), stalling everything after it for a memory latency; here nothing waits until the value
+ * is used. */
+struct rp_index_words {
+    int lo, hi; /* hi is meaningful for int64 only */
+};
+
+__device__ __forceinline__ rp_index_words rp_index_issue(const void *base, int is64, long long stride, long long t)
 {
-    return is64 ? ((const long long *)base)[t * stride] : (long long)((const int *)base)[t * stride];
+    const int *p = (const int *)base + (is64 ? 2 : 1) * t * stride;
+    rp_index_words w;
+    w.lo = p[0];
+    w.hi = p[is64]; /* int32: the same word again, ignored */
+    return w;
+}
+
+__device__ __forceinline__ long long rp_index_value(rp_index_words w, int is64)
+{
+    return is64 ? (long long)(((unsigned long long)(unsigned)w.hi << 32) | (unsigned)w.lo) : (long long)w.lo;
+}
+
+__device__ __forceinline__ long long rp_load_index_dev(const void *base, int is64, long long stride, long long t)
+{
+    return rp_index_value(rp_index_issue(base, is64, stride, t), is64);
 }
 
 /* ---- the bad-slot record ---------------------------------------------------------------------- */

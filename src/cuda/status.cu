@@ -74,7 +74,10 @@ extern "C" rp_status rp_cuda_context_init(int32_t device, void **state, rp_err *
     rp_cuda_slot_status initial[2];
     memset(initial, 0, sizeof initial);
     initial[0].token = initial[1].token = RP_NO_BAD_TOKEN;
+    int major = 0, minor = 0;
     if ((e = cudaDeviceGetAttribute(&st->num_sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess ||
+        (e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device)) != cudaSuccess ||
+        (e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device)) != cudaSuccess ||
         (e = cudaMalloc((void **)&st->status, sizeof initial)) != cudaSuccess ||
         (e = cudaMemcpy(st->status, initial, sizeof initial, cudaMemcpyHostToDevice)) != cudaSuccess) {
         if (st->status)
@@ -82,6 +85,7 @@ extern "C" rp_status rp_cuda_context_init(int32_t device, void **state, rp_err *
         free(st);
         status = rp_cuda_fail(err, e, "preparing the CUDA context");
     } else {
+        st->compute_capability = major * 10 + minor;
         *state = st;
     }
     rp_cuda_leave_device(device, previous);
