@@ -36,9 +36,14 @@ test: build
 run: build
 	$(BUILD)/bench/ropepool-bench --json $(BUILD)/bench-results.json --svg $(BUILD)/bench-results.svg
 
-# CUDA tests only (on a machine with an NVIDIA GPU).
-test-cuda: build
-	ctest --test-dir $(BUILD) --output-on-failure -L cuda
+# GPU tests (label cuda: the C suites, compute-sanitizer runs, the Python CUDA tests) on a machine
+# with an NVIDIA GPU. They use the system's $(PYTHON), which needs numpy, pytest and torch with
+# CUDA: the test venv has no torch, and GPU machines are often offline.
+test-cuda:
+	cmake -S . -B $(BUILD)-cuda -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=$$(command -v $(PYTHON)) \
+	      $(CMAKE_FLAGS)
+	cmake --build $(BUILD)-cuda -j $(JOBS)
+	ctest --test-dir $(BUILD)-cuda --output-on-failure -L cuda
 
 # The C tests under AddressSanitizer + UndefinedBehaviorSanitizer.
 asan:
