@@ -111,6 +111,8 @@ class TorchFramework:
         return x.is_contiguous()
 
     def shares_memory(self, a, b):
+        if a.numel() == 0 or b.numel() == 0:
+            return False  # empty CUDA storages all have data_ptr 0 and share nothing
         sa, sb = a.untyped_storage(), b.untyped_storage()
         return sa.data_ptr() == sb.data_ptr()
 
