@@ -480,6 +480,10 @@ static void test_fast_kernels_large_calls_stream_the_same_bits(void)
                           memcmp(f.k_pool, g.k_pool, (size_t)(P * Hk * D) * e) == 0 &&
                           memcmp(f.v_pool, g.v_pool, (size_t)(P * Hk * D) * e) == 0,
                       "%s: one large call differs from small calls", what);
+                /* The unfused parts stream too: ROTATE leaves the pools alone, SCATTER after it
+                 * copies k_rot. */
+                for (int part = RP_PARTS_ROTATE; shift == 0 && d == 0 && part <= RP_PARTS_SCATTER; part++)
+                    check_padded_call(&levels[l], &f, L, (rp_parts)part, what);
                 fixture_free(&f);
                 fixture_free(&g);
             }
