@@ -121,7 +121,7 @@ int rp_tensor_extent(const rp_tensor *t, rp_extent *out)
             continue;
         if (__builtin_mul_overflow(t->shape[i] - 1, t->strides[i], &reach))
             return 0;
-        if (__builtin_add_overflow(reach < 0 ? lo : hi, reach, reach < 0 ? &lo : &hi))
+        if (reach < 0 ? __builtin_add_overflow(lo, reach, &lo) : __builtin_add_overflow(hi, reach, &hi))
             return 0;
     }
     int64_t lo_bytes, hi_bytes;
@@ -172,6 +172,37 @@ int rp_tensors_overlap(const rp_tensor *a, const rp_tensor *b)
     return search(&L, 0, (i128)(delta / elem), 0) != 0;
 }
 
+/* The common case, proved without the search: with the moving dimensions ordered by |stride|,
+ * each stride exceeds the farthest offset all smaller ones reach together (a mixed-radix layout,
+ * padded or permuted). 0 means "not proved", never "overlaps". */
+static int strides_nest(const rp_tensor *t)
+{
+    int64_t stride[RP_MAX_DIMS], shape[RP_MAX_DIMS];
+    int n = 0;
+    for (int i = 0; i < t->ndim && i < RP_MAX_DIMS; i++) {
+        if (t->shape[i] <= 1)
+            continue;
+        if (t->strides[i] == INT64_MIN)
+            return 0;
+        const int64_t s = t->strides[i] < 0 ? -t->strides[i] : t->strides[i];
+        int j = n++;
+        for (; j > 0 && stride[j - 1] > s; j--) { /* insertion sort, ascending */
+            stride[j] = stride[j - 1];
+            shape[j] = shape[j - 1];
+        }
+        stride[j] = s;
+        shape[j] = t->shape[i];
+    }
+    int64_t reach = 0; /* largest offset the smaller dimensions span */
+    for (int i = 0; i < n; i++) {
+        int64_t span;
+        if (stride[i] <= reach || __builtin_mul_overflow(stride[i], shape[i] - 1, &span) ||
+            __builtin_add_overflow(reach, span, &reach))
+            return 0;
+    }
+    return 1;
+}
+
 int rp_tensor_self_overlaps(const rp_tensor *t)
 {
     rp_extent e;
@@ -179,6 +210,8 @@ int rp_tensor_self_overlaps(const rp_tensor *t)
         return 0;
     if (!rp_tensor_extent(t, &e))
         return 1;
+    if (strides_nest(t))
+        return 0;
     for (int i = 0; i < t->ndim && i < RP_MAX_DIMS; i++)
         if (t->strides[i] == 0 && t->shape[i] > 1)
             return 1;

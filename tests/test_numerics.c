@@ -5,6 +5,7 @@
 #include "test_util.h"
 
 #include "cpu/kernels.h"
+#include "dtype.h"
 #include "internal.h"
 #include "ref/verify.h"
 
@@ -15,21 +16,6 @@ typedef struct level {
     void (*fill)(rp_cpu_kernels *table);
     int supported;
 } level;
-
-static int x86_supports(const char *what)
-{
-#ifdef RP_HAVE_X86_KERNELS
-    __builtin_cpu_init();
-    if (strcmp(what, "avx2") == 0)
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("fma");
-#else
-    (void)what;
-    return 0;
-#endif
-}
 
 static void fill_reference(rp_cpu_kernels *t)
 {
@@ -45,8 +31,8 @@ static void find_levels(void)
     levels[num_levels++] = (level){"reference", fill_reference, 1};
     levels[num_levels++] = (level){"portable", rp_cpu_fill_portable, 1};
 #ifdef RP_HAVE_X86_KERNELS
-    levels[num_levels++] = (level){"avx2", rp_cpu_fill_avx2, x86_supports("avx2")};
-    levels[num_levels++] = (level){"avx512", rp_cpu_fill_avx512, x86_supports("avx512")};
+    levels[num_levels++] = (level){"avx2", rp_cpu_fill_avx2, rp_cpu_level_supported("avx2")};
+    levels[num_levels++] = (level){"avx512", rp_cpu_fill_avx512, rp_cpu_level_supported("avx512")};
 #endif
     for (int i = 0; i < num_levels; i++)
         if (!levels[i].supported)
@@ -238,6 +224,299 @@ static void test_bit_identical_for_any_thread_count(void)
     }
 }
 
+/* ---- the fast kernels' own paths: tails, misaligned rows, in place, parts, streaming stores ---- */
+
+/* One tensor of a call, copied into a bigger buffer with padded strides: token stride
+ * n1 * (D + pad1) + pad0, head stride D + pad1, starting `shift` elements past a 64-byte boundary,
+ * so rows land anywhere relative to cache lines. Padding holds a pattern that must survive. */
+typedef struct padded {
+    unsigned char *mem;
+    size_t bytes;
+    rp_tensor t;
+} padded;
+
+static padded pad_tensor(const rp_tensor *src, int64_t pad0, int64_t pad1, int64_t shift)
+{
+    const size_t e = rp_dtype_size((rp_dtype)src->dtype);
+    const int64_t n0 = src->shape[0], n1 = src->shape[1], D = src->shape[2];
+    padded p;
+    p.t = *src;
+    p.t.strides[1] = D + pad1;
+    p.t.strides[0] = n1 * (D + pad1) + pad0;
+    p.bytes = ((size_t)(shift + n0 * p.t.strides[0]) * e + 63) / 64 * 64;
+    p.mem = aligned_alloc(64, p.bytes);
+    CHECK(p.mem != NULL, "out of memory");
+    memset(p.mem, 0x5a, p.bytes);
+    p.t.data = p.mem + (size_t)shift * e;
+    for (int64_t a = 0; a < n0; a++)
+        for (int64_t b = 0; b < n1; b++)
+            memcpy((char *)p.t.data + (a * p.t.strides[0] + b * p.t.strides[1]) * (int64_t)e,
+                   (const char *)src->data + (a * src->strides[0] + b * src->strides[1]) * (int64_t)e,
+                   (size_t)D * e);
+    return p;
+}
+
+/* Copies the rows of p back into the contiguous tensor dst. */
+static void unpad_tensor(const padded *p, const rp_tensor *dst)
+{
+    const int64_t e = (int64_t)rp_dtype_size((rp_dtype)dst->dtype);
+    for (int64_t a = 0; a < dst->shape[0]; a++)
+        for (int64_t b = 0; b < dst->shape[1]; b++)
+            memcpy((char *)dst->data + (a * dst->strides[0] + b * dst->strides[1]) * e,
+                   (const char *)p->t.data + (a * p->t.strides[0] + b * p->t.strides[1]) * e,
+                   (size_t)(dst->shape[2] * e));
+}
+
+/* 1 if every byte of p's buffer outside the rows the call may write equals `before`: all rows
+ * (token, head) of q_rot/k_rot, or the rows (slot, head) of a pool when `slots` is not NULL. */
+static int only_rows_written(const padded *p, const unsigned char *before, const fixture *f,
+                             const int64_t *slots)
+{
+    unsigned char *written = calloc(p->bytes, 1);
+    const int64_t e = (int64_t)rp_dtype_size((rp_dtype)p->t.dtype);
+    for (int64_t t = 0; t < f->T; t++) {
+        const int64_t row = slots ? slots[t] : t;
+        for (int64_t h = 0; row >= 0 && h < p->t.shape[1]; h++) {
+            const int64_t at = (unsigned char *)p->t.data - p->mem +
+                               (row * p->t.strides[0] + h * p->t.strides[1]) * e;
+            memset(written + at, 1, (size_t)(p->t.shape[2] * e));
+        }
+    }
+    int same = 1;
+    for (size_t i = 0; i < p->bytes; i++)
+        same &= written[i] || p->mem[i] == before[i];
+    free(written);
+    return same;
+}
+
+typedef struct layout {
+    int64_t pad0, pad1, shift; /* all 0: rows on cache lines (D * element size permitting) */
+    int in_place;
+} layout;
+
+/* Runs one level on f's data moved into padded, shifted buffers (each tensor a little
+ * differently), checks the outputs against the float64 formula, checks that nothing outside the
+ * rows the parts write changed, and copies the outputs back into f's own buffers. */
+static void check_padded_call(const level *lv, fixture *f, layout L, rp_parts parts, const char *what)
+{
+    rp_rope_pool_args *a = &f->args;
+    const int64_t s = L.shift, p0 = L.pad0, p1 = L.pad1;
+    padded q = pad_tensor(&a->q, p0, p1, s), k = pad_tensor(&a->k, p1, p0, s ? s + 1 : 0);
+    padded v = pad_tensor(&a->v, p0 ? p0 + 1 : 0, p1, s);
+    padded q_rot = pad_tensor(&a->q_rot, p0, p1 ? p1 + 1 : 0, s ? s + 2 : 0);
+    padded k_rot = pad_tensor(&a->k_rot, p0, p1, s);
+    padded k_pool = pad_tensor(&a->k_pool, p0, p1, s ? s + 3 : 0), v_pool = pad_tensor(&a->v_pool, p1, p0, s);
+    padded *outs[4] = {L.in_place ? &q : &q_rot, L.in_place ? &k : &k_rot, &k_pool, &v_pool};
+    unsigned char *before[4];
+    for (int i = 0; i < 4; i++) {
+        before[i] = test_alloc(outs[i]->bytes);
+        memcpy(before[i], outs[i]->mem, outs[i]->bytes);
+    }
+    const rp_rope_pool_args saved = *a;
+    a->q = q.t, a->k = k.t, a->v = v.t, a->k_pool = k_pool.t, a->v_pool = v_pool.t;
+    a->q_rot = outs[0]->t;
+    a->k_rot = outs[1]->t;
+    if (parts == RP_PARTS_SCATTER)
+        run_level(lv, f, RP_PARTS_ROTATE);
+    run_level(lv, f, parts);
+
+    /* Verify against the inputs as they were (for an in-place call, the saved copies); after
+     * ROTATE alone, no slot counts as written. */
+    double freq[512];
+    rp_problem p = problem_of(f, freq);
+    *a = saved;
+    if (L.in_place) {
+        p.q = before[0] + ((unsigned char *)q.t.data - q.mem);
+        p.k = before[1] + ((unsigned char *)k.t.data - k.mem);
+    }
+    int64_t *slots = test_alloc((size_t)f->T * sizeof *slots);
+    for (int64_t t = 0; t < f->T; t++)
+        slots[t] = parts == RP_PARTS_ROTATE ? -1 : rp_load_index(f->slots, f->index_dtype, 1, t);
+    p.slots = slots;
+    p.slot_dtype = RP_I64;
+    p.slot_stride = 1;
+    rp_verify_result r;
+    rp_ref_verify(&p, &r);
+    CHECK(r.failures == 0, "%s: %lld of %lld wrong; first: %s", what, (long long)r.failures,
+          (long long)r.checked, r.first_failure);
+    static const char *const names[4] = {"q_rot", "k_rot", "k_pool", "v_pool"};
+    for (int i = 0; i < 4; i++)
+        CHECK(only_rows_written(outs[i], before[i], f, i >= 2 ? slots : NULL),
+              "%s: %s written outside its rows", what, names[i]);
+    const rp_tensor *dst[4] = {&a->q_rot, &a->k_rot, &a->k_pool, &a->v_pool};
+    for (int i = 0; i < 4; i++)
+        unpad_tensor(outs[i], dst[i]);
+    padded *all[7] = {&q, &k, &v, &q_rot, &k_rot, &k_pool, &v_pool};
+    for (int i = 0; i < 7; i++)
+        free(all[i]->mem);
+    for (int i = 0; i < 4; i++)
+        free(before[i]);
+    free(slots);
+}
+
+/* Every even head_dim shape class: tails of 1..15 pairs (D = 2, 30, 34), whole vectors (96, 128,
+ * 256), on rows on and off cache lines, out of place with each of the three parts and in place. */
+static void test_fast_kernels_on_tails_misaligned_rows_in_place_and_parts(void)
+{
+    static const int64_t dims[] = {2, 30, 34, 96, 128, 256};
+    static const layout layouts[] = {{0, 0, 0, 0}, {1, 3, 1, 0}, {5, 1, 3, 0}, {0, 0, 0, 1}, {3, 1, 1, 1}};
+    static const rp_parts parts[] = {RP_PARTS_ALL, RP_PARTS_ROTATE, RP_PARTS_SCATTER};
+    for (int l = 2; l < num_levels; l++) {
+        if (!levels[l].supported)
+            continue;
+        for (int d = 0; d < 3; d++)
+            for (size_t s = 0; s < sizeof dims / sizeof dims[0]; s++)
+                for (size_t y = 0; y < sizeof layouts / sizeof layouts[0]; y++)
+                    for (int part = 0; part < (layouts[y].in_place ? 1 : 3); part++) {
+                        fixture f;
+                        fixture_init(&f, &rng, 13, 3, 2, dims[s], 20, dtypes[d], d == 1 ? RP_I64 : RP_I32,
+                                     1 << 22, 1);
+                        char what[128];
+                        snprintf(what, sizeof what, "%s %s D=%lld pads %lld/%lld shift %lld%s part %d",
+                                 levels[l].name, rp_dtype_name(dtypes[d]), (long long)dims[s],
+                                 (long long)layouts[y].pad0, (long long)layouts[y].pad1,
+                                 (long long)layouts[y].shift, layouts[y].in_place ? " in place" : "", part);
+                        check_padded_call(&levels[l], &f, layouts[y], parts[part], what);
+                        fixture_free(&f);
+                    }
+    }
+}
+
+/* Angles past the vector range reduction mixed with ordinary ones in one vector: a rope_base
+ * below 1 makes the frequencies grow to ~1000, so int32 positions reach angles beyond 2^31. */
+static void test_fast_kernels_mix_libm_and_vector_lanes(void)
+{
+    for (int l = 2; l < num_levels; l++) {
+        if (!levels[l].supported)
+            continue;
+        double worst = 0.0;
+        for (int d = 0; d < 3; d++) {
+            fixture f;
+            fixture_init(&f, &rng, 40, 2, 1, 64, 40, dtypes[d], RP_I32, 1000, 0);
+            for (int64_t t = 0; t < f.T; t++)
+                test_store(f.positions, f.index_dtype, t, (double)extreme_position(t, f.T));
+            f.args.rope_base = 0.001;
+            run_level(&levels[l], &f, RP_PARTS_ALL);
+            verify_fixture(&f, levels[l].name, &worst);
+            fixture_free(&f);
+        }
+    }
+}
+
+/* f16 and bf16 outputs that land on subnormals, overflow, infinities and NaN: rounding must stay
+ * exact there (a converter that flushes bf16 subnormals to zero fails), NaN must stay NaN. */
+static void test_fast_kernels_round_subnormals_and_specials(void)
+{
+    for (int l = 1; l < num_levels; l++) {
+        if (!levels[l].supported)
+            continue;
+        for (int d = 1; d < 3; d++) {
+            double worst = 0.0;
+            fixture f;
+            fixture_init(&f, &rng, 24, 2, 2, 34, 24, dtypes[d], RP_I32, 1 << 20, 0);
+            /* f16: subnormals below 6.1e-5, overflow past 65504; bf16: subnormals below 1.2e-38. */
+            const int f16 = dtypes[d] == RP_F16;
+            const double tiny = f16 ? 0x1p-20 : 0x1p-130, huge = f16 ? 6e4 : 3e38;
+            uint16_t *q = f.q, *k = f.k;
+            for (int64_t i = 0; i < f.T * f.Hq * f.D; i++) {
+                const double x = rng_uniform(&rng, -1, 1) * (i % 3 == 2 ? huge : tiny);
+                q[i] = f16 ? rp_double_to_f16_bits(x) : rp_double_to_bf16_bits(x);
+            }
+            for (int64_t i = 0; i < f.T * f.Hk * f.D; i++) {
+                const double x = rng_uniform(&rng, -1, 1) * tiny;
+                k[i] = f16 ? rp_double_to_f16_bits(x) : rp_double_to_bf16_bits(x);
+            }
+            const uint16_t inf = f16 ? 0x7c00 : 0x7f80, nan = f16 ? 0x7e00 : 0x7fc0;
+            q[5] = inf;
+            q[6] = (uint16_t)(inf | 0x8000);
+            q[7] = nan;
+            k[3] = nan;
+            run_level(&levels[l], &f, RP_PARTS_ALL);
+            verify_fixture(&f, levels[l].name, &worst);
+            fixture_free(&f);
+        }
+    }
+}
+
+/* Calls large enough for streaming stores (RP_STREAM_MIN_BYTES), with rows on cache lines so
+ * that they stream, and shifted so that they cannot: within the bound, pools exact, nothing else
+ * written, and bit-identical to the same tokens run as small calls with ordinary stores. */
+static void test_fast_kernels_large_calls_stream_the_same_bits(void)
+{
+    const int64_t Hq = 8, Hk = 4, D = 128;
+    for (int l = 2; l < num_levels; l++) {
+        if (!levels[l].supported)
+            continue;
+        for (int d = 0; d < 3; d += 2) {
+            const rp_dtype dt = dtypes[d];
+            const size_t e = rp_dtype_size(dt);
+            const int64_t T = RP_STREAM_MIN_BYTES / ((2 * Hq + 5 * Hk) * D * (int64_t)e) + 7, P = T + 5;
+            for (int shift = 0; shift < 2; shift++) {
+                fixture f, g;
+                test_rng r1 = {77}, r2 = {77};
+                fixture_init(&f, &r1, T, Hq, Hk, D, P, dt, RP_I32, 1 << 20, 1);
+                fixture_init(&g, &r2, T, Hq, Hk, D, P, dt, RP_I32, 1 << 20, 1);
+                char what[96];
+                snprintf(what, sizeof what, "%s %s T=%lld %s", levels[l].name, rp_dtype_name(dt),
+                         (long long)T, shift ? "shifted" : "on cache lines");
+                const layout L = {0, 0, shift, 0};
+                check_padded_call(&levels[l], &f, L, RP_PARTS_ALL, what);
+                for (int64_t t0 = 0; t0 < T; t0 += 16) { /* each piece far below the threshold */
+                    const int64_t n = T - t0 < 16 ? T - t0 : 16;
+                    fixture piece = g;
+                    rp_rope_pool_args *a = &piece.args;
+                    piece.T = n;
+                    a->q = rp_tensor_3d((char *)g.q + (size_t)(t0 * Hq * D) * e, dt, n, Hq, D);
+                    a->k = rp_tensor_3d((char *)g.k + (size_t)(t0 * Hk * D) * e, dt, n, Hk, D);
+                    a->v = rp_tensor_3d((char *)g.v + (size_t)(t0 * Hk * D) * e, dt, n, Hk, D);
+                    a->q_rot = rp_tensor_3d((char *)g.q_rot + (size_t)(t0 * Hq * D) * e, dt, n, Hq, D);
+                    a->k_rot = rp_tensor_3d((char *)g.k_rot + (size_t)(t0 * Hk * D) * e, dt, n, Hk, D);
+                    a->positions = rp_tensor_1d((int32_t *)g.positions + t0, RP_I32, n);
+                    a->slots = rp_tensor_1d((int32_t *)g.slots + t0, RP_I32, n);
+                    run_level(&levels[l], &piece, RP_PARTS_ALL);
+                }
+                CHECK(memcmp(f.q_rot, g.q_rot, (size_t)(T * Hq * D) * e) == 0 &&
+                          memcmp(f.k_rot, g.k_rot, (size_t)(T * Hk * D) * e) == 0 &&
+                          memcmp(f.k_pool, g.k_pool, (size_t)(P * Hk * D) * e) == 0 &&
+                          memcmp(f.v_pool, g.v_pool, (size_t)(P * Hk * D) * e) == 0,
+                      "%s: one large call differs from small calls", what);
+                /* The unfused parts stream too: ROTATE leaves the pools alone, SCATTER after it
+                 * copies k_rot. */
+                for (int part = RP_PARTS_ROTATE; shift == 0 && d == 0 && part <= RP_PARTS_SCATTER; part++)
+                    check_padded_call(&levels[l], &f, L, (rp_parts)part, what);
+                fixture_free(&f);
+                fixture_free(&g);
+            }
+        }
+    }
+}
+
+/* The SIMD levels do the same operations in the same order: same bits, so results do not depend
+ * on the machine a model runs on (each level is checked against float64 above; this is extra). */
+static void test_avx2_and_avx512_agree_bit_for_bit(void)
+{
+    if (num_levels < 4 || !levels[2].supported || !levels[3].supported) {
+        printf("skip: needs both avx2 and avx512\n");
+        return;
+    }
+    static const int64_t dims[] = {2, 34, 128};
+    for (int d = 0; d < 3; d++)
+        for (int s = 0; s < 3; s++) {
+            fixture f, g;
+            test_rng r1 = {11}, r2 = {11};
+            fixture_init(&f, &r1, 29, 3, 2, dims[s], 40, dtypes[d], RP_I64, 1 << 30, 1);
+            fixture_init(&g, &r2, 29, 3, 2, dims[s], 40, dtypes[d], RP_I64, 1 << 30, 1);
+            run_level(&levels[2], &f, RP_PARTS_ALL);
+            run_level(&levels[3], &g, RP_PARTS_ALL);
+            const size_t e = rp_dtype_size(dtypes[d]);
+            CHECK(memcmp(f.q_rot, g.q_rot, (size_t)(29 * 3 * dims[s]) * e) == 0 &&
+                      memcmp(f.k_pool, g.k_pool, (size_t)(40 * 2 * dims[s]) * e) == 0,
+                  "%s D=%lld: avx2 and avx512 differ", rp_dtype_name(dtypes[d]), (long long)dims[s]);
+            fixture_free(&f);
+            fixture_free(&g);
+        }
+}
+
 int main(void)
 {
     find_levels();
@@ -247,5 +526,10 @@ int main(void)
     RUN(test_verifier_catches_a_wrong_element);
     RUN(test_split_parts_equal_fused);
     RUN(test_bit_identical_for_any_thread_count);
+    RUN(test_fast_kernels_on_tails_misaligned_rows_in_place_and_parts);
+    RUN(test_fast_kernels_mix_libm_and_vector_lanes);
+    RUN(test_fast_kernels_round_subnormals_and_specials);
+    RUN(test_fast_kernels_large_calls_stream_the_same_bits);
+    RUN(test_avx2_and_avx512_agree_bit_for_bit);
     return test_summary("test_numerics");
 }

@@ -7,6 +7,9 @@
  */
 #include "kernels.h"
 
+#ifdef RP_HAVE_X86_KERNELS
+#  include <cpuid.h>
+#endif
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,16 +21,26 @@ static const char *const level_names[] = {"reference", "portable", "avx2", "avx5
 static rp_cpu_kernels table;
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 
+#ifdef RP_HAVE_X86_KERNELS
+/* CPUID leaf 1, ECX bit 29: __builtin_cpu_supports has no "f16c" before clang 15. F16C needs
+ * the same OS support as AVX, which the "avx2" check already requires. */
+static int has_f16c(void)
+{
+    unsigned eax, ebx, ecx, edx;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+}
+#endif
+
 static enum level best_supported(void)
 {
 #ifdef RP_HAVE_X86_KERNELS
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-        __builtin_cpu_supports("fma"))
+    /* What src/CMakeLists.txt compiles each level's file for (AVX-512 builds on AVX2). */
+    const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
+    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
         return LEVEL_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
+    if (avx2)
         return LEVEL_AVX2;
 #endif
     return LEVEL_PORTABLE;
@@ -70,6 +83,14 @@ const rp_cpu_kernels *rp_cpu_kernel_table(void)
 {
     pthread_once(&table_once, fill_table);
     return &table;
+}
+
+int rp_cpu_level_supported(const char *level)
+{
+    for (int i = 0; i < 4; i++)
+        if (strcmp(level, level_names[i]) == 0)
+            return (enum level)i <= best_supported();
+    return 0;
 }
 
 const char *rp_cpu_kernel_name(void)
