@@ -11,7 +11,7 @@ CMAKE_FLAGS ?=
 VENV        := $(BUILD)/venv
 VENV_PY     := $(abspath $(VENV))/bin/python
 
-.PHONY: all build test run asan werror test-cuda install clean
+.PHONY: all build test run asan tsan werror test-cuda install clean
 
 all: build
 
@@ -52,6 +52,13 @@ asan:
 	cmake --build $(BUILD)-asan -j $(JOBS)
 	ctest --test-dir $(BUILD)-asan --output-on-failure -j $(JOBS) -LE slow
 
+# The thread pool and concurrent calls under ThreadSanitizer.
+tsan:
+	cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DROPEPOOL_TSAN=ON -DROPEPOOL_PYTHON=OFF \
+	      -DROPEPOOL_CUDA=OFF -DROPEPOOL_BENCH=OFF $(CMAKE_FLAGS)
+	cmake --build $(BUILD)-tsan -j $(JOBS) --target test_context test_numerics
+	ctest --test-dir $(BUILD)-tsan --output-on-failure -R '^(context|numerics)$$'
+
 # Everything with warnings as errors, the Python extension included.
 werror: $(VENV)/.ready
 	cmake -S . -B $(BUILD)-werror -DROPEPOOL_WERROR=ON -DPython3_EXECUTABLE=$(VENV_PY) $(CMAKE_FLAGS)
@@ -61,4 +68,4 @@ install: build
 	cmake --install $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-werror
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan $(BUILD)-werror $(BUILD)-cuda

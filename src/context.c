@@ -1,14 +1,15 @@
 /*
  * context.c — rp_context: its worker threads and the fork/join that CPU calls use.
  *
- * Workers spin briefly after each job before sleeping on a condition variable, so that the
- * back-to-back calls of an inference step (one per layer) find them awake: waking a sleeping
- * thread costs tens of microseconds, more than a whole decode-size call.
+ * The caller runs part 0 of a job itself and waits only for the workers that have a part in it.
+ * Waiting threads spin (politely) before sleeping on a condition variable.
  */
 #include "context.h"
 
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -20,10 +21,37 @@
 #  define RP_CPU_RELAX() ((void)0)
 #endif
 
-/* Pause instructions a worker spins through before it sleeps. PAUSE takes ~10 to ~140 cycles
- * depending on the CPU: this is ~1.8 ms on Zen 4, during which back-to-back calls find the worker
- * awake (waking a sleeping one measured 300-700 us on a 2-vCPU VM). */
-enum { RP_SPIN_ROUNDS = 1 << 16 };
+/* How long a waiting thread spins before it sleeps. Back-to-back calls (one per layer) then find
+ * the workers awake: waking a sleeping thread measured 300-700 us on a 2-vCPU VM, more than a
+ * whole mid-size call. Spinning yields the CPU every RP_YIELD_EVERY pauses, because the thread
+ * being waited for may share this CPU (more threads than cores): without it, a 2-thread call
+ * was seen taking ~3 ms instead of ~40 us. */
+enum { RP_SPIN_NS = 200 * 1000, RP_YIELD_EVERY = 256 };
+enum { RP_PARTS_BITS = 16, RP_MAX_THREADS = 4096 }; /* parts fit in the job word */
+
+typedef struct spinner {
+    unsigned rounds;
+    struct timespec start;
+} spinner;
+
+static int64_t ns_since(const struct timespec *t0)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)(now.tv_sec - t0->tv_sec) * 1000000000 + (now.tv_nsec - t0->tv_nsec);
+}
+
+/* One round of busy-waiting. Returns 0 once RP_SPIN_NS have passed: time to sleep instead. */
+static int spin_once(spinner *s)
+{
+    if (s->rounds++ == 0)
+        clock_gettime(CLOCK_MONOTONIC, &s->start);
+    RP_CPU_RELAX();
+    if (s->rounds % RP_YIELD_EVERY != 0)
+        return 1;
+    sched_yield();
+    return ns_since(&s->start) < RP_SPIN_NS;
+}
 
 typedef struct worker_arg {
     rp_context *ctx;
@@ -36,32 +64,42 @@ static void *worker_main(void *p)
     rp_context *ctx = wa->ctx;
     const int index = wa->index;
     free(wa);
-    uint_fast64_t seen = 0;
+    uint_fast64_t seen = 0; /* the job word's initial value: a late-starting worker still sees job 1 */
     for (;;) {
-        uint_fast64_t gen = atomic_load_explicit(&ctx->generation, memory_order_acquire);
-        for (int spin = 0; gen == seen && spin < RP_SPIN_ROUNDS; spin++) {
-            RP_CPU_RELAX();
-            gen = atomic_load_explicit(&ctx->generation, memory_order_acquire);
-        }
-        if (gen == seen) {
+        uint_fast64_t job = atomic_load_explicit(&ctx->job, memory_order_acquire);
+        spinner spin = {0};
+        while (job == seen && spin_once(&spin))
+            job = atomic_load_explicit(&ctx->job, memory_order_acquire);
+        if (job == seen) {
             pthread_mutex_lock(&ctx->mutex);
-            while ((gen = atomic_load_explicit(&ctx->generation, memory_order_acquire)) == seen)
+            while ((job = atomic_load_explicit(&ctx->job, memory_order_acquire)) == seen)
                 pthread_cond_wait(&ctx->wake, &ctx->mutex);
             pthread_mutex_unlock(&ctx->mutex);
         }
-        seen = gen;
-        if (atomic_load_explicit(&ctx->stop, memory_order_acquire))
-            return NULL;
-        /* Every worker acknowledges every job, even one without a part for it, so that the next
-         * job's fields are never written while a late worker is still reading these. */
-        if (index < ctx->num_parts)
-            ctx->fn(ctx->arg, index, ctx->num_parts);
+        seen = job;
+        const int num_parts = (int)(job & ((1u << RP_PARTS_BITS) - 1));
+        if (num_parts == 0)
+            return NULL; /* stop */
+        if (index >= num_parts)
+            continue; /* no part in this job: fn/arg may already belong to the next one */
+        ctx->fn(ctx->arg, index, num_parts);
         if (atomic_fetch_sub_explicit(&ctx->pending, 1, memory_order_acq_rel) == 1) {
             pthread_mutex_lock(&ctx->mutex);
             pthread_cond_signal(&ctx->done);
             pthread_mutex_unlock(&ctx->mutex);
         }
     }
+}
+
+/* Publishes the next job word (num_parts = 0: stop) and wakes sleeping workers. */
+static void publish_job(rp_context *ctx, int num_parts)
+{
+    pthread_mutex_lock(&ctx->mutex);
+    const uint_fast64_t generation = (atomic_load_explicit(&ctx->job, memory_order_relaxed) >> RP_PARTS_BITS) + 1;
+    atomic_store_explicit(&ctx->job, (generation << RP_PARTS_BITS) | (uint_fast64_t)num_parts,
+                          memory_order_release);
+    pthread_cond_broadcast(&ctx->wake);
+    pthread_mutex_unlock(&ctx->mutex);
 }
 
 void rp_context_parallel(rp_context *ctx, rp_parallel_fn fn, void *arg, int num_parts)
@@ -74,20 +112,15 @@ void rp_context_parallel(rp_context *ctx, rp_parallel_fn fn, void *arg, int num_
     }
     ctx->fn = fn;
     ctx->arg = arg;
-    ctx->num_parts = num_parts;
-    atomic_store_explicit(&ctx->pending, ctx->num_workers, memory_order_relaxed);
-    pthread_mutex_lock(&ctx->mutex);
-    atomic_fetch_add_explicit(&ctx->generation, 1, memory_order_release);
-    pthread_cond_broadcast(&ctx->wake);
-    pthread_mutex_unlock(&ctx->mutex);
+    atomic_store_explicit(&ctx->pending, num_parts - 1, memory_order_relaxed);
+    publish_job(ctx, num_parts);
 
     fn(arg, 0, num_parts);
 
-    for (int spin = 0; atomic_load_explicit(&ctx->pending, memory_order_acquire) != 0; spin++) {
-        if (spin < RP_SPIN_ROUNDS) {
-            RP_CPU_RELAX();
-            continue;
-        }
+    spinner spin = {0};
+    while (atomic_load_explicit(&ctx->pending, memory_order_acquire) != 0 && spin_once(&spin))
+        ;
+    if (atomic_load_explicit(&ctx->pending, memory_order_acquire) != 0) {
         pthread_mutex_lock(&ctx->mutex);
         while (atomic_load_explicit(&ctx->pending, memory_order_acquire) != 0)
             pthread_cond_wait(&ctx->done, &ctx->mutex);
@@ -104,11 +137,7 @@ static int online_cpus(void)
 
 static void stop_workers(rp_context *ctx)
 {
-    pthread_mutex_lock(&ctx->mutex);
-    atomic_store_explicit(&ctx->stop, 1, memory_order_release);
-    atomic_fetch_add_explicit(&ctx->generation, 1, memory_order_release);
-    pthread_cond_broadcast(&ctx->wake);
-    pthread_mutex_unlock(&ctx->mutex);
+    publish_job(ctx, 0);
     for (int i = 0; i < ctx->num_workers; i++)
         pthread_join(ctx->workers[i], NULL);
     ctx->num_workers = 0;
@@ -127,6 +156,9 @@ rp_status rp_context_create(const rp_context_options *opts, rp_context **out, ch
     if (o.num_threads < 0)
         return rp_fail(&err, RP_ERR_INVALID_ARGUMENT,
                        "num_threads must be >= 0 (0 = one per online CPU), got %d", (int)o.num_threads);
+    if (o.num_threads > RP_MAX_THREADS)
+        return rp_fail(&err, RP_ERR_INVALID_ARGUMENT, "num_threads must be <= %d, got %d",
+                       RP_MAX_THREADS, (int)o.num_threads);
     if (o.flags & ~(uint32_t)RP_CONTEXT_CUDA)
         return rp_fail(&err, RP_ERR_INVALID_ARGUMENT, "context flags 0x%x has unknown bits",
                        (unsigned)o.flags);

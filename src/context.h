@@ -20,12 +20,13 @@ struct rp_context {
     pthread_mutex_t busy;
     pthread_mutex_t mutex; /* guards the sleeping side of wake/done */
     pthread_cond_t wake, done;
-    atomic_uint_fast64_t generation; /* bumped once per parallel job */
-    atomic_int pending;              /* parts of the current job not finished */
-    atomic_int stop;
+    /* The current job, published in one word: (generation << 16) | num_parts. A worker reads the
+     * job's size together with its generation, so a worker without a part in it never touches
+     * fn/arg and need not be waited for. num_parts == 0 means "stop". */
+    atomic_uint_fast64_t job;
+    atomic_int pending; /* workers with a part in the current job that have not finished it */
     rp_parallel_fn fn;
     void *arg;
-    int num_parts;
 
     /* Frequency table of the last (rope_base, head_dim) seen. */
     pthread_mutex_t freq_lock;

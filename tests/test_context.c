@@ -88,9 +88,38 @@ static void test_per_call_thread_cap_and_many_contexts(void)
     rp_context_destroy(NULL);
 }
 
+/* More threads than cores, and jobs whose part count changes every call: workers without a part
+ * in one job must not run (or miss) the next one. */
+static void test_oversubscribed_jobs_of_changing_size(void)
+{
+    rp_context_options o = {0};
+    o.num_threads = 6;
+    rp_context *ctx;
+    char msg[256];
+    CHECK(rp_context_create(&o, &ctx, msg, sizeof msg) == RP_OK, "%s", msg);
+    test_rng r = {21};
+    fixture f;
+    fixture_init(&f, &r, 120, 8, 2, 128, 200, RP_F32, RP_I32, 1 << 16, 1);
+    const size_t nq = 120 * 8 * 128 * sizeof(float);
+    CHECK(rp_rope_pool_fused(NULL, &f.args, msg, sizeof msg) == RP_OK, "%s", msg);
+    void *want = test_alloc(nq);
+    memcpy(want, f.q_rot, nq);
+    int bad = 0;
+    for (int call = 0; call < 400; call++) {
+        f.args.num_threads = 1 + call % 6;
+        memset(f.q_rot, 0, nq);
+        bad += rp_rope_pool_fused(ctx, &f.args, msg, sizeof msg) != RP_OK || memcmp(f.q_rot, want, nq) != 0;
+    }
+    CHECK(bad == 0, "%d of 400 calls differed", bad);
+    free(want);
+    fixture_free(&f);
+    rp_context_destroy(ctx);
+}
+
 int main(void)
 {
     RUN(test_concurrent_calls_on_one_context);
     RUN(test_per_call_thread_cap_and_many_contexts);
+    RUN(test_oversubscribed_jobs_of_changing_size);
     return test_summary("test_context");
 }
