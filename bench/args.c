@@ -38,6 +38,7 @@ static const char usage[] =
     "  --seed N            seed of the random inputs (default 1)\n"
     "  --seconds S         timing budget per T and variant (default 0.25)\n"
     "  --no-unfused        skip the unfused baseline\n"
+    "  --hugepages         back host buffers (the KV pools too) with transparent huge pages\n"
     "  --no-verify         skip the verification against the reference\n"
     "  --json FILE         write every figure, the machine and the build as JSON\n"
     "  --svg FILE          plot time per call and % of roofline against T\n"
@@ -231,13 +232,15 @@ int bench_parse_args(int argc, char **argv, bench_options *o)
             list_backends();
             return 1;
         }
-        if (!strcmp(opt, "--no-unfused") || !strcmp(opt, "--no-verify")) {
+        if (!strcmp(opt, "--no-unfused") || !strcmp(opt, "--no-verify") || !strcmp(opt, "--hugepages")) {
             if (arg)
                 return fail("%s takes no value", opt);
             if (!strcmp(opt, "--no-unfused"))
                 o->unfused = 0;
-            else
+            else if (!strcmp(opt, "--no-verify"))
                 o->verify = 0;
+            else
+                o->hugepages = 1;
             continue;
         }
 

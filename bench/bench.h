@@ -65,6 +65,7 @@ typedef struct bench_options {
     double seconds;      /* timing budget per measured (T, variant) */
     int unfused;         /* time the rotate-then-scatter baseline too */
     int verify;
+    int hugepages;       /* back host buffers with transparent huge pages (madvise) */
     const char *json_path, *svg_path;
     char command[1024];  /* the command line, for the JSON */
 } bench_options;
@@ -106,6 +107,8 @@ void bench_inputs_free(bench_inputs *in);
 
 /* 64-byte aligned host memory (free() releases it), or NULL. */
 void *bench_alloc(size_t bytes);
+/* From now on, bench_alloc asks for transparent huge pages (Linux madvise; elsewhere a no-op). */
+void bench_alloc_use_hugepages(int on);
 
 /* Bytes of the [T, heads, D] rows and of one index array. */
 size_t bench_rows_bytes(const bench_layout *L, int64_t tokens, int64_t heads);

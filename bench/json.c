@@ -189,6 +189,9 @@ int bench_write_json(const char *path, const bench_report *rep, char *msg, size_
     fprintf(j.f, "%llu", (unsigned long long)o->seed);
     j.need_comma = 1;
     num(&j, "seconds_per_point", o->seconds);
+    key(&j, "hugepages");
+    fprintf(j.f, "%s", o->hugepages ? "true" : "false");
+    j.need_comma = 1;
     enter(&j, "runs", '[');
     for (int i = 0; i < rep->num_runs; i++)
         run(&j, &rep->runs[i]);

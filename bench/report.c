@@ -45,6 +45,8 @@ void bench_print_banner(const bench_options *o)
     printf("machine: %s, %d CPUs, last-level cache %.0f MiB, memory %.1f GiB, %s\n", m->cpu,
            m->online_cpus, m->llc_bytes / 1048576.0, m->memory_bytes / 1073741824.0, m->os);
     printf("build: %s, %s%s\n", m->compiler, m->build_type, m->cuda_compiled ? ", CUDA timing compiled" : "");
+    if (o->hugepages)
+        printf("host buffers: transparent huge pages requested (madvise)\n");
     fflush(stdout);
 }
 

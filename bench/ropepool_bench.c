@@ -89,6 +89,7 @@ int main(int argc, char **argv)
             return 2;
     }
 
+    bench_alloc_use_hugepages(o.hugepages);
     rep.options = &o;
     bench_print_banner(&o);
     int rc = 0;

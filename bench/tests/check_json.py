@@ -21,7 +21,7 @@ def need(obj, where, **fields):
 
 number = (int, float)
 need(report, "report", tool=str, library_version=str, command=str, date_utc=str, machine=dict,
-     build=dict, shape=dict, seed=int, seconds_per_point=number, runs=list)
+     build=dict, shape=dict, seed=int, seconds_per_point=number, hugepages=bool, runs=list)
 need(report.get("machine", {}), "machine", cpu=str, online_cpus=int, last_level_cache_bytes=number,
      memory_bytes=number, os=str)
 need(report.get("build", {}), "build", compiler=str, build_type=str, cpu_kernel=str,

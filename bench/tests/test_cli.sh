@@ -84,6 +84,15 @@ else
     fail "short_sweep: exit status $?: $(cat "$tmp/err")"
 fi
 
+# Huge-page-backed buffers: same results, and the banner says so.
+if "$bench" --backend cpu --preset tinyllama-1.1b -T 4 --pool 4096 --threads 1 --seconds 0.02 --hugepages \
+        --no-unfused >"$tmp/out" 2>"$tmp/err" && grep -q "transparent huge pages" "$tmp/out" &&
+        grep -qE '^ +4 +1 .* ok [0-9.]+$' "$tmp/out"; then
+    echo "ok   hugepages_sweep"
+else
+    fail "hugepages_sweep: $(cat "$tmp/out" "$tmp/err")"
+fi
+
 if [ "$failures" -ne 0 ]; then
     echo "test_cli: $failures failure(s)"
     exit 1
