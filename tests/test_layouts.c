@@ -5,10 +5,7 @@
  * Every case is checked against the float64 formula, and memory the call must not touch is
  * compared byte for byte.
  */
-#include "test_util.h"
-
-#include "internal.h"
-#include "ref/verify.h"
+#include "test_verify.h"
 
 #include <sys/mman.h>
 
@@ -16,31 +13,6 @@ static test_rng rng = {31337};
 static rp_context *ctx;
 
 static const rp_dtype dtypes[3] = {RP_F32, RP_F16, RP_BF16};
-
-/* Verifies args' outputs against inputs in `in` (same as args, except q/k for in-place calls). */
-static void verify_call(const rp_rope_pool_args *in, const rp_rope_pool_args *out, const char *what)
-{
-    rp_problem p;
-    rp_err err = {NULL, 0};
-    /* The verifier reads inputs through p.q/p.k/p.v and outputs through p.q_rot/...; build p from
-     * `out` for the output side and patch the input side, so overlap rules don't apply here. */
-    CHECK(rp_validate(out, &p, &err) == RP_OK, "%s: outputs do not validate", what);
-    p.q = in->q.data;
-    p.k = in->k.data;
-    p.v = in->v.data;
-    for (int d = 0; d < 3; d++) {
-        p.q_stride[d] = in->q.strides[d];
-        p.k_stride[d] = in->k.strides[d];
-        p.v_stride[d] = in->v.strides[d];
-    }
-    double freq[512];
-    rp_compute_inv_freq(out->rope_base, out->head_dim, freq);
-    p.inv_freq = freq;
-    rp_verify_result r;
-    rp_ref_verify(&p, &r);
-    CHECK(r.failures == 0, "%s: %lld wrong; first: %s", what, (long long)r.failures, r.first_failure);
-    CHECK(r.checked > 0 || out->q.shape[0] == 0, "%s: nothing was checked", what);
-}
 
 static void call_ok(rp_rope_pool_args *a, const char *what)
 {
@@ -65,7 +37,7 @@ static void test_qkv_slices_of_a_fused_projection(void)
         a->v = rp_tensor_3d((char *)qkv + (Hq + Hk) * D * e, dtypes[d], T, Hk, D);
         a->q.strides[0] = a->k.strides[0] = a->v.strides[0] = W;
         call_ok(a, "fused QKV slices");
-        verify_call(a, a, "fused QKV slices");
+        verify_outputs(a, a, "fused QKV slices");
         free(qkv);
         fixture_free(&f);
     }
@@ -94,7 +66,7 @@ static void test_in_place_on_a_fused_projection(void)
         in.k.data = (char *)orig + Hq * D * e;
         in.v.data = (char *)orig + (Hq + Hk) * D * e;
         call_ok(&a, "in place");
-        verify_call(&in, &a, "in place");
+        verify_outputs(&in, &a, "in place");
         CHECK(memcmp((char *)qkv + (Hq + Hk) * D * e, (char *)orig + (Hq + Hk) * D * e, Hk * D * e) == 0,
               "v was modified by an in-place call");
         free(qkv);
@@ -121,7 +93,7 @@ static void test_pool_is_one_layer_of_a_larger_cache(void)
         f.args.k_pool = rp_tensor_3d((char *)kc + layer * layer_elems * e, dtypes[d], P, Hk, D);
         f.args.v_pool = rp_tensor_3d((char *)vc + layer * layer_elems * e, dtypes[d], P, Hk, D);
         call_ok(&f.args, "layer of a cache");
-        verify_call(&f.args, &f.args, "layer of a cache");
+        verify_outputs(&f.args, &f.args, "layer of a cache");
         for (int64_t l = 0; l < L; l++) {
             if (l == layer)
                 continue;
@@ -157,7 +129,7 @@ static void test_k_and_v_pools_interleaved(void)
     f.args.v_pool = rp_tensor_3d(kv + Hk * D, RP_BF16, P, Hk, D);
     f.args.k_pool.strides[0] = f.args.v_pool.strides[0] = 2 * Hk * D;
     call_ok(&f.args, "interleaved [P, 2, Hk, D]");
-    verify_call(&f.args, &f.args, "interleaved [P, 2, Hk, D]");
+    verify_outputs(&f.args, &f.args, "interleaved [P, 2, Hk, D]");
     free(kv);
     fixture_free(&f);
 }
@@ -175,7 +147,7 @@ static void test_negative_slots_write_no_pool_row(void)
     call_ok(&f.args, "all slots negative");
     CHECK(memcmp(k0, f.k_pool, pool_bytes) == 0 && memcmp(v0, f.v_pool, pool_bytes) == 0,
           "a negative slot wrote the pool");
-    verify_call(&f.args, &f.args, "all slots negative");
+    verify_outputs(&f.args, &f.args, "all slots negative");
     free(k0);
     free(v0);
     fixture_free(&f);
@@ -221,7 +193,7 @@ static void test_pool_beyond_2_pow_31_elements(void)
     f.args.k_pool = rp_tensor_3d(k_mem, RP_F32, P, Hk, D);
     f.args.v_pool = rp_tensor_3d(v_mem, RP_F32, P, Hk, D);
     call_ok(&f.args, "pool beyond 2^31 elements");
-    verify_call(&f.args, &f.args, "pool beyond 2^31 elements");
+    verify_outputs(&f.args, &f.args, "pool beyond 2^31 elements");
     /* The row next to the last one written stays zero. */
     const float *kp = k_mem;
     CHECK(kp[(P - 2) * D] == 0.0f && kp[(P - 2) * D + D - 1] == 0.0f, "neighbouring row written");
@@ -243,7 +215,7 @@ static void test_non_contiguous_head_dim_uses_the_reference(void)
     f.args.q.strides[1] = D * 2;
     f.args.q.strides[2] = 2;
     call_ok(&f.args, "strided head_dim");
-    verify_call(&f.args, &f.args, "strided head_dim");
+    verify_outputs(&f.args, &f.args, "strided head_dim");
     free(wide);
     fixture_free(&f);
 }
@@ -257,7 +229,7 @@ static void test_negative_token_stride(void)
     f.args.q.data = (uint16_t *)f.q + (T - 1) * Hq * D;
     f.args.q.strides[0] = -Hq * D;
     call_ok(&f.args, "negative token stride");
-    verify_call(&f.args, &f.args, "negative token stride");
+    verify_outputs(&f.args, &f.args, "negative token stride");
     fixture_free(&f);
 }
 
@@ -278,7 +250,7 @@ static void test_model_shapes(void)
                 snprintf(what, sizeof what, "%lld/%lld/%lld %s T=%lld", (long long)shapes[s][0],
                          (long long)shapes[s][1], (long long)shapes[s][2], rp_dtype_name(dtypes[d]),
                          (long long)Ts[i]);
-                verify_call(&f.args, &f.args, what);
+                verify_outputs(&f.args, &f.args, what);
                 fixture_free(&f);
             }
         }

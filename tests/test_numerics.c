@@ -2,7 +2,7 @@
  * test_numerics.c — accuracy against the float64 formula for every kernel level and dtype, at
  * extreme positions; bit-identical results for any thread count.
  */
-#include "test_util.h"
+#include "test_verify.h"
 
 #include "cpu/kernels.h"
 #include "dtype.h"
@@ -75,20 +75,6 @@ static void verify_fixture(fixture *f, const char *what, double *worst)
 
 static const rp_dtype dtypes[3] = {RP_F32, RP_F16, RP_BF16};
 
-/* Positions that stress the range reduction: 0, tiny, 2^24 (float32 stops counting), the int32
- * extremes, and values just around multiples of pi/2 for the first frequency. */
-static int64_t extreme_position(int64_t t, int64_t T)
-{
-    static const int64_t fixed[] = {0, 1, -1, 2, 3, 7, 1 << 24, (1 << 24) + 1, 2147483647,
-                                    -2147483647 - 1, 2147483646, 1000000, 1686629713, 710, 355,
-                                    104348, 1073741824, -1073741823};
-    const int64_t n = (int64_t)(sizeof fixed / sizeof fixed[0]);
-    if (t < n)
-        return fixed[t];
-    (void)T;
-    return (int64_t)(int32_t)(uint32_t)rng_next(&rng); /* any int32 */
-}
-
 static void test_every_level_within_bound_at_extreme_positions(void)
 {
     static const int64_t dims[][3] = {{8, 2, 128}, {4, 4, 64}, {2, 1, 256}, {3, 1, 96}, {2, 2, 2}, {1, 1, 34}};
@@ -104,7 +90,7 @@ static void test_every_level_within_bound_at_extreme_positions(void)
                     fixture_init(&f, &rng, T, dims[s][0], dims[s][1], dims[s][2], 64, dtypes[d],
                                  idx ? RP_I64 : RP_I32, 1000, 1);
                     for (int64_t t = 0; t < T; t++)
-                        test_store(f.positions, f.index_dtype, t, (double)extreme_position(t, T));
+                        test_store(f.positions, f.index_dtype, t, (double)extreme_position(&rng, t));
                     run_level(&levels[l], &f, RP_PARTS_ALL);
                     char what[96];
                     snprintf(what, sizeof what, "%s %s D=%lld %s", levels[l].name,
@@ -394,7 +380,7 @@ static void test_fast_kernels_mix_libm_and_vector_lanes(void)
             fixture f;
             fixture_init(&f, &rng, 40, 2, 1, 64, 40, dtypes[d], RP_I32, 1000, 0);
             for (int64_t t = 0; t < f.T; t++)
-                test_store(f.positions, f.index_dtype, t, (double)extreme_position(t, f.T));
+                test_store(f.positions, f.index_dtype, t, (double)extreme_position(&rng, t));
             f.args.rope_base = 0.001;
             run_level(&levels[l], &f, RP_PARTS_ALL);
             verify_fixture(&f, levels[l].name, &worst);

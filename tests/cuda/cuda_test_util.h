@@ -7,9 +7,7 @@
 #ifndef RP_CUDA_TEST_UTIL_H
 #define RP_CUDA_TEST_UTIL_H
 
-#include "../test_util.h"
-#include "internal.h"
-#include "ref/verify.h"
+#include "../test_verify.h"
 
 #include <cuda_runtime_api.h>
 
@@ -156,33 +154,6 @@ static inline void mirror_fixture(mirror *m, fixture *f)
     mirror_add(m, f->slots, (size_t)f->T * ie);
 }
 
-/* ---- verification ------------------------------------------------------------------------------ */
-
-/* Checks finished outputs (described by `out`, host memory) against inputs described by `in`
- * (the same call, except the original q and k for an in-place call) with the float64 formula. */
-static inline void verify_outputs(const rp_rope_pool_args *in, const rp_rope_pool_args *out, const char *what)
-{
-    rp_problem p;
-    rp_err err = {NULL, 0};
-    CHECK(rp_validate(out, &p, &err) == RP_OK, "%s: outputs do not validate", what);
-    p.q = in->q.data;
-    p.k = in->k.data;
-    p.v = in->v.data;
-    for (int d = 0; d < 3; d++) {
-        p.q_stride[d] = in->q.strides[d];
-        p.k_stride[d] = in->k.strides[d];
-        p.v_stride[d] = in->v.strides[d];
-    }
-    double *freq = test_alloc((size_t)(out->head_dim / 2 + 1) * sizeof *freq);
-    rp_compute_inv_freq(out->rope_base, out->head_dim, freq);
-    p.inv_freq = freq;
-    rp_verify_result r;
-    rp_ref_verify(&p, &r);
-    CHECK(r.failures == 0, "%s: %lld of %lld wrong; first: %s", what, (long long)r.failures,
-          (long long)r.checked, r.first_failure);
-    CHECK(r.checked > 0 || out->q.shape[0] == 0, "%s: nothing was checked", what);
-    free(freq);
-}
 
 /* Runs host-built args on the device through a mirror of its regions, downloads, and expects RP_OK
  * and no recorded bad slot. */
