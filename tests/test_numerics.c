@@ -86,11 +86,7 @@ static void test_every_level_within_bound_at_extreme_positions(void)
             for (size_t s = 0; s < sizeof dims / sizeof dims[0]; s++)
                 for (int idx = 0; idx < 2; idx++) {
                     fixture f;
-                    const int64_t T = 61;
-                    fixture_init(&f, &rng, T, dims[s][0], dims[s][1], dims[s][2], 64, dtypes[d],
-                                 idx ? RP_I64 : RP_I32, 1000, 1);
-                    for (int64_t t = 0; t < T; t++)
-                        test_store(f.positions, f.index_dtype, t, (double)extreme_position(&rng, t));
+                    fixture_init_extreme(&f, &rng, dims[s], dtypes[d], idx ? RP_I64 : RP_I32);
                     run_level(&levels[l], &f, RP_PARTS_ALL);
                     char what[96];
                     snprintf(what, sizeof what, "%s %s D=%lld %s", levels[l].name,

@@ -49,4 +49,15 @@ static inline int64_t extreme_position(test_rng *rng, int64_t t)
     return (int64_t)(int32_t)(uint32_t)rng_next(rng);
 }
 
+/* The extreme-position case both suites run: 61 tokens of shape dims = {Hq, Hk, D}, a pool of 64
+ * slots (some tokens skip it), positions from extreme_position. */
+static inline void fixture_init_extreme(fixture *f, test_rng *rng, const int64_t dims[3], rp_dtype dtype,
+                                        rp_dtype index_dtype)
+{
+    const int64_t T = 61;
+    fixture_init(f, rng, T, dims[0], dims[1], dims[2], 64, dtype, index_dtype, 1000, 1);
+    for (int64_t t = 0; t < T; t++)
+        test_store(f->positions, index_dtype, t, (double)extreme_position(rng, t));
+}
+
 #endif /* RP_TEST_VERIFY_H */

@@ -94,11 +94,7 @@ static void test_extreme_positions_within_bound(void)
         for (size_t s = 0; s < sizeof dims / sizeof dims[0]; s++)
             for (int idx = 0; idx < 2; idx++) {
                 fixture f;
-                const int64_t T = 61;
-                fixture_init(&f, &rng, T, dims[s][0], dims[s][1], dims[s][2], 64, dtypes[d],
-                             idx ? RP_I64 : RP_I32, 1000, 1);
-                for (int64_t t = 0; t < T; t++)
-                    test_store(f.positions, f.index_dtype, t, (double)extreme_position(&rng, t));
+                fixture_init_extreme(&f, &rng, dims[s], dtypes[d], idx ? RP_I64 : RP_I32);
                 char what[96];
                 snprintf(what, sizeof what, "extreme positions %s D=%lld %s", rp_dtype_name(dtypes[d]),
                          (long long)dims[s][2], idx ? "int64" : "int32");
