@@ -1,7 +1,7 @@
 /*
  * cuda_backend.h — what the CUDA backend's files share: the per-context state, the device word
  * where kernels record a bad slot, and the launch plan with the launcher behind the public call
- * (also used by a timing harness to compare plans).
+ * (also used by bench/tune/, which times plans side by side).
  */
 #ifndef RP_CUDA_BACKEND_H
 #define RP_CUDA_BACKEND_H
@@ -39,7 +39,8 @@ typedef struct rp_cuda_plan {
     int chunks;
     int heads;               /* heads the call touches: Hq + 2 Hk (all), Hq + Hk (rotate), 2 Hk  */
     int heads_per_pass;      /* blockDim.y; a thread serves heads y, y + heads_per_pass, ...     */
-    int items_per_thread;    /* heads per thread whose loads are issued before the barrier      */
+    int items_per_thread;    /* heads per thread whose loads are issued before the barrier: 1 runs
+                                the decode kernel, 2 or 4 the prefill kernel                     */
     int tokens_per_block;    /* blockDim.z: tokens sharing one block                              */
     int threads_x;           /* strided kernel: threads per block                                 */
     int overlap_launch;      /* launch with programmatic stream serialization (sm_90+): the launch

@@ -137,6 +137,15 @@ __device__ __forceinline__ void rp_wait_for_prior_kernel(void)
 #endif
 }
 
+/* Makes the computation of x happen before this point. The compiler sinks parameter reads and
+ * address arithmetic to their first use, past the wait; an asm statement that reads x cannot move
+ * (volatile asms keep their order) nor be dropped, so x, and every parameter line its computation
+ * read, is ready before the wait. It sleeps 1 ns for one impossible value of x. */
+__device__ __forceinline__ void rp_compute_before_here(unsigned long long x)
+{
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.eq.u64 p, %0, 0x5555555555555555;\n\t@p nanosleep.u32 1;\n\t}" ::"l"(x));
+}
+
 __device__ __forceinline__ void rp_let_next_kernel_launch(void)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

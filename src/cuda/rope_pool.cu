@@ -2,30 +2,34 @@
  * rope_pool.cu — the CUDA kernels of rope_pool_fused, the one function that chooses their launch
  * geometry (rp_cuda_make_plan), and the dispatch from runtime sizes to compiled variants.
  *
- * Vectorized kernel (the fast path). An item is one frequency group of one head: ELEMS = 16 /
+ * Vectorized kernels (the fast path), decode and prefill. An item is one frequency group of one head: ELEMS = 16 /
  * sizeof(element) consecutive pairs (x[i], x[i + D/2]), i.e. two 16-byte vectors. A block is
  * (groups, heads, tokens): consecutive threads take consecutive groups of a head row, so a warp
  * reads and writes whole runs of 16-byte vectors. Each thread first issues the loads of the
  * token's position (if it helps build the table), of its first items and of the token's slot;
  * then the block computes its (token, frequency) cos/sin table once, in float64, into shared
  * memory while those loads are in flight; after one barrier every item is rotated in float32 and
- * stored with 16-byte stores. Decode (a few tokens) is bound by that chain of latencies: its
- * blocks take a few groups of one token, so that a token spreads over several multiprocessors.
- * Prefill is bound by bytes in flight: a block takes a whole token and each thread prefetches
- * several heads. On sm_90 the launch overlaps the previous kernel on the stream (programmatic
- * dependent launch); the kernel waits for it before touching memory.
+ * stored with 16-byte stores. On sm_90 the launch overlaps the previous kernel on the stream
+ * (programmatic dependent launch); a kernel waits for it before touching memory.
+ *   - Decode (one item per thread) is bound by that chain of latencies: its blocks take a few
+ *     groups of one token, so that a token spreads over several multiprocessors, and every thread
+ *     turns the parameters into addresses before the wait, overlapping the previous kernel.
+ *   - Prefill (2 or 4 items per thread) is bound by bytes in flight: a block takes a whole token,
+ *     each thread prefetches several heads and computes addresses where it uses them.
+ * The plan picks by items per thread.
  *
  * Strided kernel (every other layout: head_dim not contiguous, rows not 16-byte aligned, D/2 not
  * a multiple of ELEMS). One thread per (token, frequency): it computes that angle once and walks
  * all heads. Plain element loads; the same numerics.
  *
- * Both never write a pool row whose slot is negative or >= P; the latter is recorded in the
+ * All of them never write a pool row whose slot is negative or >= P; the latter is recorded in the
  * context's status word (device.cuh) for rp_context_check().
  */
 #include "cuda_backend.h"
 #include "device.cuh"
 
 #include <limits.h>
+#include <stddef.h>
 #include <string.h>
 
 /* Tensors of the [token|slot, head, dim] family, indexing rp_kernel_args.stride. */
@@ -56,10 +60,125 @@ template <int FREQ_CAP> struct rp_kernel_args {
     double inv_freq[FREQ_CAP];    /* [half_dim] rope_base^(-2i/D), float64             */
 };
 
-/* Which tensor an item reads, rotates and writes. */
-enum item_kind { ITEM_Q, ITEM_K, ITEM_V };
-
 /* ---- the vectorized kernel -------------------------------------------------------------------- */
+
+/* Rotates one item in place: lo = its pairs' first halves, hi = their second halves; cs[c] =
+ * (cos, sin) of pairs 2c and 2c + 1, read from the table at a stride of `cs_stride` float4s. */
+template <rp_dtype DT>
+__device__ __forceinline__ void rotate_vectors(uint4 *lo, uint4 *hi, const float4 *cs, int cs_stride)
+{
+    typedef rp_elem<DT> E;
+    constexpr int V = E::ELEMS;
+    float x[V], y[V], ox[V], oy[V];
+    E::unpack(*lo, x);
+    E::unpack(*hi, y);
+#pragma unroll
+    for (int c = 0; c < V / 2; c++) {
+        const float4 r = cs[c * cs_stride];
+        rp_rotate(x[2 * c], y[2 * c], r.x, r.y, &ox[2 * c], &oy[2 * c]);
+        rp_rotate(x[2 * c + 1], y[2 * c + 1], r.z, r.w, &ox[2 * c + 1], &oy[2 * c + 1]);
+    }
+    *lo = E::pack(ox);
+    *hi = E::pack(oy);
+}
+
+/* Which tensors an item (a frequency group of one head) reads and writes. */
+enum rp_item_kind { RP_ITEM_Q, RP_ITEM_K, RP_ITEM_V };
+
+/* Where one item is read and written: base addresses at row 0 (token 0, slot 0). Built from the
+ * parameters alone, before the kernel waits for the one before it: none of it depends on memory
+ * that kernel may write. The bytes from one row to the next depend only on the kind (rp_item_rows),
+ * so a thread holds 7 registers per item. */
+struct rp_item {
+    const char *src; /* q, k or v head row of token 0 (k_rot when only scattering)          */
+    char *out;       /* q_rot / k_rot head row of token 0; NULL when the item is not rotated */
+    char *pool;      /* k_pool / v_pool head row of slot 0; NULL when no pool is written      */
+    int kind;        /* rp_item_kind                                                          */
+};
+
+/* cond ? x : y for two parameter values. A plain select of two parameters may be compiled into one
+ * parameter load from a computed address, which the hardware serialises when the lanes of a warp
+ * pick different ones (measured: +7% time per prefill call on an H200); hiding where the values came
+ * from keeps two broadcast loads and a register select. */
+__device__ __forceinline__ long long rp_pick(bool cond, long long x, long long y)
+{
+    asm("" : "+l"(x));
+    asm("" : "+l"(y));
+    return cond ? x : y;
+}
+
+__device__ __forceinline__ const char *rp_pick(bool cond, const void *x, const void *y)
+{
+    return (const char *)rp_pick(cond, (long long)x, (long long)y);
+}
+
+/* The item of head h' (counted over the heads a call touches: q, then k, then v; k and v only when
+ * scattering) at element `first` of its head. Every stride is read with a constant offset and
+ * selected by value: no parameter is indexed at run time, so nothing is copied to local memory and
+ * no load waits on an address computation. */
+template <size_t ELEM, typename Args>
+__device__ __forceinline__ rp_item make_item(const Args &a, int h, long long first)
+{
+    h += a.parts == RP_PARTS_SCATTER ? a.num_qo_heads : 0;
+    const bool q = h < a.num_qo_heads, k = !q && h < a.num_qo_heads + a.num_kv_heads;
+    const int head = q ? h : k ? h - a.num_qo_heads : h - a.num_qo_heads - a.num_kv_heads;
+    const bool scatter = a.parts == RP_PARTS_SCATTER;
+    const char *k_in = rp_pick(scatter, a.k_rot, a.k);
+    const long long k_in_s1 = rp_pick(scatter, a.stride[T_K_ROT][1], a.stride[T_K][1]);
+    const char *in = rp_pick(q, a.q, rp_pick(k, k_in, a.v));
+    const long long in_s1 = rp_pick(q, a.stride[T_Q][1], rp_pick(k, k_in_s1, a.stride[T_V][1]));
+    const char *out = rp_pick(q, a.q_rot, a.k_rot);
+    const long long out_s1 = rp_pick(q, a.stride[T_Q_ROT][1], a.stride[T_K_ROT][1]);
+    const char *pool = rp_pick(k, a.k_pool, a.v_pool);
+    const long long pool_s1 = rp_pick(k, a.stride[T_K_POOL][1], a.stride[T_V_POOL][1]);
+    const long long e = (long long)ELEM;
+    rp_item it;
+    it.src = in + (head * in_s1 + first) * e;
+    it.out = !scatter && (q || k) ? (char *)out + (head * out_s1 + first) * e : NULL;
+    it.pool = a.parts != RP_PARTS_ROTATE && !q ? (char *)pool + (head * pool_s1 + first) * e : NULL;
+    it.kind = q ? RP_ITEM_Q : k ? RP_ITEM_K : RP_ITEM_V;
+    return it;
+}
+
+/* Bytes from one token's (slot's) row of an item's tensors to the next. */
+struct rp_item_rows {
+    long long src, out, pool;
+};
+
+template <size_t ELEM, typename Args>
+__device__ __forceinline__ rp_item_rows item_rows(const Args &a, int kind)
+{
+    const bool q = kind == RP_ITEM_Q, k = kind == RP_ITEM_K, scatter = a.parts == RP_PARTS_SCATTER;
+    rp_item_rows r;
+    const long long k_in = rp_pick(scatter, a.stride[T_K_ROT][0], a.stride[T_K][0]);
+    r.src = rp_pick(q, a.stride[T_Q][0], rp_pick(k, k_in, a.stride[T_V][0])) * (long long)ELEM;
+    r.out = rp_pick(q, a.stride[T_Q_ROT][0], a.stride[T_K_ROT][0]) * (long long)ELEM;
+    r.pool = rp_pick(k, a.stride[T_K_POOL][0], a.stride[T_V_POOL][0]) * (long long)ELEM;
+    return r;
+}
+
+/* Rotates one item of token t (lo = its pairs' first halves, hi = their second halves) when it is
+ * rotated, and stores it where it goes. cs[c] = (cos, sin) of the item's pairs 2c and 2c + 1,
+ * read from the table at a stride of `cs_stride` float4s. */
+template <rp_dtype DT>
+__device__ __forceinline__ void finish_item(const rp_item &it, const rp_item_rows &rows, uint4 lo, uint4 hi,
+                                            long long t, bool to_pool, long long slot, long long half_bytes,
+                                            const float4 *cs, int cs_stride)
+{
+    if (it.out) {
+        rotate_vectors<DT>(&lo, &hi, cs, cs_stride);
+        char *dst = it.out + t * rows.out;
+        *(uint4 *)dst = lo;
+        *(uint4 *)(dst + half_bytes) = hi;
+    }
+    if (it.pool && to_pool) {
+        char *dst = it.pool + slot * rows.pool;
+        *(uint4 *)dst = lo;
+        *(uint4 *)(dst + half_bytes) = hi;
+    }
+}
+
+/* ---- the prefill kernel's placement of heads (addresses computed where they are used) ----------- */
 
 /* Which tensor head h' (counted over the heads a call touches: q, then k, then v; k and v only
  * when scattering) is, and its index within that tensor. */
@@ -72,11 +191,11 @@ template <typename Args> __device__ __forceinline__ head_place place_head(const 
     head_place pl;
     h += a.parts == RP_PARTS_SCATTER ? a.num_qo_heads : 0;
     if (h < a.num_qo_heads) {
-        pl.kind = ITEM_Q;
+        pl.kind = RP_ITEM_Q;
     } else if ((h -= a.num_qo_heads) < a.num_kv_heads) {
-        pl.kind = ITEM_K;
+        pl.kind = RP_ITEM_K;
     } else {
-        pl.kind = ITEM_V;
+        pl.kind = RP_ITEM_V;
         h -= a.num_kv_heads;
     }
     pl.head = h;
@@ -98,7 +217,7 @@ template <size_t ELEM, typename Args>
 __device__ __forceinline__ const char *source_address(const Args &a, const head_place &pl, long long t,
                                                       long long first)
 {
-    const bool q = pl.kind == ITEM_Q, k = pl.kind == ITEM_K, scatter = a.parts == RP_PARTS_SCATTER;
+    const bool q = pl.kind == RP_ITEM_Q, k = pl.kind == RP_ITEM_K, scatter = a.parts == RP_PARTS_SCATTER;
     const void *base = q ? a.q : k ? (scatter ? a.k_rot : a.k) : a.v;
     const long long s0 = q ? a.stride[T_Q][0] : k ? (scatter ? a.stride[T_K_ROT][0] : a.stride[T_K][0]) : a.stride[T_V][0];
     const long long s1 = q ? a.stride[T_Q][1] : k ? (scatter ? a.stride[T_K_ROT][1] : a.stride[T_K][1]) : a.stride[T_V][1];
@@ -109,17 +228,15 @@ __device__ __forceinline__ const char *source_address(const Args &a, const head_
  * `first` + ELEMS - 1 of the head) and stores it where it goes. cs[c] = (cos, sin) of the item's
  * pairs 2c and 2c + 1, read from the table at a stride of `cs_stride` float4s. */
 template <rp_dtype DT, typename Args>
-__device__ __forceinline__ void finish_item(const Args &a, const head_place &pl, uint4 lo, uint4 hi,
+__device__ __forceinline__ void finish_placed_item(const Args &a, const head_place &pl, uint4 lo, uint4 hi,
                                             long long t, long long slot, long long first,
                                             long long half_bytes, const float4 *cs, int cs_stride)
 {
-    typedef rp_elem<DT> E;
-    constexpr int V = E::ELEMS;
-    constexpr size_t ELEM = sizeof(typename E::storage);
+    constexpr size_t ELEM = sizeof(typename rp_elem<DT>::storage);
     const bool to_pool = a.parts != RP_PARTS_ROTATE && slot >= 0 && slot < a.pool_size;
-    if (pl.kind == ITEM_V || a.parts == RP_PARTS_SCATTER) { /* bit copy into the pool */
+    if (pl.kind == RP_ITEM_V || a.parts == RP_PARTS_SCATTER) { /* bit copy into the pool */
         if (to_pool) {
-            const bool v = pl.kind == ITEM_V;
+            const bool v = pl.kind == RP_ITEM_V;
             char *dst = item_address<ELEM>(v ? a.v_pool : a.k_pool, v ? a.stride[T_V_POOL][0] : a.stride[T_K_POOL][0],
                                            v ? a.stride[T_V_POOL][1] : a.stride[T_K_POOL][1], slot, pl.head, first);
             *(uint4 *)dst = lo;
@@ -127,17 +244,9 @@ __device__ __forceinline__ void finish_item(const Args &a, const head_place &pl,
         }
         return;
     }
-    float x[V], y[V], ox[V], oy[V];
-    E::unpack(lo, x);
-    E::unpack(hi, y);
-#pragma unroll
-    for (int c = 0; c < V / 2; c++) {
-        const float4 r = cs[c * cs_stride];
-        rp_rotate(x[2 * c], y[2 * c], r.x, r.y, &ox[2 * c], &oy[2 * c]);
-        rp_rotate(x[2 * c + 1], y[2 * c + 1], r.z, r.w, &ox[2 * c + 1], &oy[2 * c + 1]);
-    }
-    const uint4 out_lo = E::pack(ox), out_hi = E::pack(oy);
-    const bool is_q = pl.kind == ITEM_Q;
+    uint4 out_lo = lo, out_hi = hi;
+    rotate_vectors<DT>(&out_lo, &out_hi, cs, cs_stride);
+    const bool is_q = pl.kind == RP_ITEM_Q;
     char *dst = item_address<ELEM>(is_q ? a.q_rot : a.k_rot, is_q ? a.stride[T_Q_ROT][0] : a.stride[T_K_ROT][0],
                                    is_q ? a.stride[T_Q_ROT][1] : a.stride[T_K_ROT][1], t, pl.head, first);
     *(uint4 *)dst = out_lo;
@@ -149,23 +258,147 @@ __device__ __forceinline__ void finish_item(const Args &a, const head_place &pl,
     }
 }
 
-/* Threads per block the vectorized kernel is compiled for, by prefetch depth: deeper prefetch
- * holds more registers per thread (64, 80 and 128 at most). */
-template <int PREFETCH> struct rp_block_limit {
-    static constexpr int THREADS = PREFETCH >= 4 ? 512 : PREFETCH >= 2 ? 768 : 1024;
-};
+/* Threads per block the vectorized kernels are compiled for, by items per thread (1: the decode
+ * kernel; 2 and 4: the prefill kernel): at most 80 and 128 registers a thread. The plan reads the
+ * same function. */
+__host__ __device__ constexpr int rp_block_threads(int prefetch)
+{
+    return prefetch >= 4 ? 512 : 768;
+}
 
-/* HALF: head_dim / 2 when compiled for one head_dim, 0 for any (up to FREQ_CAP). PREFETCH: heads
- * per thread whose loads are issued before the table is built.
+/* The decode kernel: one item per thread (heads past blockDim.y are looped over). HALF: head_dim
+ * / 2 when compiled for one head_dim, 0 for any (up to FREQ_CAP).
  *
  * Block (x, y, z) = (frequency group, head, token): thread (g, h, y) serves group g of heads h,
  * h + blockDim.y, ... of token tile * blockDim.z + y, so no index needs a division. Grid (x, y) =
- * (token tile, chunk of blockDim.x groups): large calls give a block all of a token's groups;
- * decode splits them over several blocks, each computing only its own frequencies, so that more
- * multiprocessors share a token. */
+ * (token tile, chunk of blockDim.x groups): decode splits a token's groups over several blocks,
+ * each computing only its own frequencies, so that more multiprocessors share a token.
+ *
+ * A decode call is a chain of latencies, and most of its time was instructions on parameters
+ * (bench/results/cuda-h200-tuning.md: 2.3 us a call at T = 1, against 0.7 us for a plain copy of
+ * its bytes). So before waiting for the previous kernel, each thread turns the parameters into its items'
+ * addresses and (if it builds the table) its frequency: with programmatic dependent launch that
+ * work overlaps the previous kernel, and after the wait a decode call is one chain of loads,
+ * float64 sin/cos, one barrier, rotation and stores. */
+template <rp_dtype DT, int HALF, int FREQ_CAP>
+__global__ void __launch_bounds__(rp_block_threads(1))
+rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
+{
+    constexpr int PREFETCH = 1; /* one item per thread, described before the wait */
+    typedef rp_elem<DT> E;
+    constexpr int V = E::ELEMS;
+    constexpr size_t ELEM = sizeof(typename E::storage);
+    const long long half_bytes = (long long)(HALF ? HALF : a.half_dim) * (long long)ELEM;
+    /* [tokens][V/2][groups of the block] float4: (cos, sin) of pairs 2c and 2c + 1 of a group,
+     * laid out so that a warp's consecutive groups read consecutive 16 bytes. */
+    extern __shared__ float4 table[];
+
+    rp_let_next_kernel_launch();
+    const int GB = blockDim.x, HY = blockDim.y, Y = blockDim.z;
+    const long long first = (long long)(blockIdx.y * GB + threadIdx.x) * V; /* in its head */
+    const long long T = a.num_tokens, num_tiles = a.num_tiles;
+    const bool rotates = a.parts != RP_PARTS_SCATTER, uses_slot = a.parts != RP_PARTS_ROTATE;
+    float4 *cs = table + threadIdx.z * (GB * V / 2) + threadIdx.x;
+    /* Threads y < V build the table: pair y (y + HY, ...) of their group. */
+    const bool builds_table = rotates && (int)threadIdx.y < V;
+    const double freq = builds_table ? a.inv_freq[first + threadIdx.y] : 0.0;
+    /* The item's addresses and row strides, now, before the wait. (The prefill kernel holds
+     * several items' data across its barrier and computes addresses where they are used, so that
+     * they take no registers across it; the loops and DESCRIBE_EARLY keep the two alike.) */
+    constexpr bool DESCRIBE_EARLY = PREFETCH == 1;
+    rp_item item[PREFETCH];
+    rp_item_rows rows[PREFETCH];
+    unsigned long long ready = (unsigned long long)__double_as_longlong(freq);
+#pragma unroll
+    for (int j = 0; j < PREFETCH; j++)
+        if (DESCRIBE_EARLY) {
+            item[j] = make_item<ELEM>(a, threadIdx.y + j * HY, first);
+            rows[j] = item_rows<ELEM>(a, item[j].kind);
+            ready ^= (unsigned long long)item[j].src ^ (unsigned long long)item[j].out ^
+                     (unsigned long long)item[j].pool ^ (unsigned long long)(rows[j].src ^ rows[j].out ^ rows[j].pool);
+        }
+    /* Every 64-byte line of the scalar parameters, so that the reads after the wait hit. */
+    const unsigned *words = (const unsigned *)&a;
+#pragma unroll
+    for (int i = 0; i < (int)(offsetof(rp_kernel_args<FREQ_CAP>, inv_freq) / 4); i += 16)
+        ready ^= words[i];
+    rp_compute_before_here(ready);
+    rp_wait_for_prior_kernel();
+
+    for (long long tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+        const long long t = tile * Y + threadIdx.z;
+        const bool token_ok = t < T;
+
+        /* 0. The position, first: it heads the longest chain. */
+        rp_index_words pos = {0, 0};
+        if (builds_table && token_ok)
+            pos = rp_index_issue(a.positions, a.pos64, a.pos_stride, t);
+
+        /* 1. This thread's items and the token's slot. */
+        uint4 lo[PREFETCH], hi[PREFETCH];
+#pragma unroll
+        for (int j = 0; j < PREFETCH; j++) {
+            const int h = threadIdx.y + j * HY;
+            if (token_ok && h < a.heads) {
+                const rp_item it = DESCRIBE_EARLY ? item[j] : make_item<ELEM>(a, h, first);
+                const char *p = it.src + t * (DESCRIBE_EARLY ? rows[j] : item_rows<ELEM>(a, it.kind)).src;
+                lo[j] = *(const uint4 *)p;
+                hi[j] = *(const uint4 *)(p + half_bytes);
+            }
+        }
+        rp_index_words slot_words = {-1, -1};
+        if (uses_slot && token_ok)
+            slot_words = rp_index_issue(a.slots, a.slot64, a.slot_stride, t);
+
+        /* 2. The (token, frequency) table of this block, while the loads are in flight, once for
+         * all heads. */
+        if (rotates) {
+            if (builds_table && token_ok)
+                for (int j = threadIdx.y; j < V; j += HY) { /* more than once only when HY < V */
+                    float s, c;
+                    const double f = j == (int)threadIdx.y ? freq : a.inv_freq[first + j];
+                    rp_angle_sincos((double)rp_index_value(pos, a.pos64) * f, &s, &c);
+                    float *entry = (float *)&cs[(j / 2) * GB] + (j % 2) * 2;
+                    entry[0] = c;
+                    entry[1] = s;
+                }
+            __syncthreads();
+        }
+
+        /* 3. Rotate and store. */
+        const long long slot = uses_slot ? rp_index_value(slot_words, a.slot64) : -1;
+        const bool to_pool = slot >= 0 && slot < a.pool_size;
+#pragma unroll
+        for (int j = 0; j < PREFETCH; j++) {
+            const int h = threadIdx.y + j * HY;
+            if (token_ok && h < a.heads) {
+                const rp_item it = DESCRIBE_EARLY ? item[j] : make_item<ELEM>(a, h, first);
+                finish_item<DT>(it, DESCRIBE_EARLY ? rows[j] : item_rows<ELEM>(a, it.kind), lo[j], hi[j], t, to_pool,
+                                slot, half_bytes, cs, GB);
+            }
+        }
+        for (int h = threadIdx.y + PREFETCH * HY; token_ok && h < a.heads; h += HY) {
+            const rp_item it = make_item<ELEM>(a, h, first);
+            const rp_item_rows rows = item_rows<ELEM>(a, it.kind);
+            const char *p = it.src + t * rows.src;
+            finish_item<DT>(it, rows, *(const uint4 *)p, *(const uint4 *)(p + half_bytes), t, to_pool, slot,
+                            half_bytes, cs, GB);
+        }
+        if (threadIdx.x == 0 && threadIdx.y == 0 && blockIdx.y == 0 && slot >= a.pool_size)
+            rp_record_bad_slot(a.status, t, slot, a.pool_size);
+        if (rotates && tile + gridDim.x < num_tiles)
+            __syncthreads(); /* the next tile rewrites the table */
+    }
+}
+
+/* The prefill kernel: PREFETCH (2 or 4) heads per thread whose loads are issued before the table
+ * is built, so that each multiprocessor keeps enough bytes in flight; the geometry is the decode
+ * kernel's, with a block taking whole tokens. Addresses are computed where they are used (after
+ * the wait): holding them across the barrier cost registers and 7% of the time of a prefill call
+ * (bench/results/cuda-h200-tuning.md). */
 template <rp_dtype DT, int HALF, int FREQ_CAP, int PREFETCH>
-__global__ void __launch_bounds__(rp_block_limit<PREFETCH>::THREADS)
-rope_pool_vectorized(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
+__global__ void __launch_bounds__(rp_block_threads(PREFETCH))
+rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
 {
     typedef rp_elem<DT> E;
     constexpr int V = E::ELEMS;
@@ -230,12 +463,12 @@ rope_pool_vectorized(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
         for (int j = 0; j < PREFETCH; j++) {
             const int h = threadIdx.y + j * HY;
             if (token_ok && h < a.heads)
-                finish_item<DT>(a, place_head(a, h), lo[j], hi[j], t, slot, first, half_bytes, cs, GB);
+                finish_placed_item<DT>(a, place_head(a, h), lo[j], hi[j], t, slot, first, half_bytes, cs, GB);
         }
         for (int h = threadIdx.y + PREFETCH * HY; token_ok && h < a.heads; h += HY) {
             const head_place pl = place_head(a, h);
             const char *p = source_address<ELEM>(a, pl, t, first);
-            finish_item<DT>(a, pl, *(const uint4 *)p, *(const uint4 *)(p + half_bytes), t, slot, first,
+            finish_placed_item<DT>(a, pl, *(const uint4 *)p, *(const uint4 *)(p + half_bytes), t, slot, first,
                             half_bytes, cs, GB);
         }
         if (threadIdx.x == 0 && threadIdx.y == 0 && blockIdx.y == 0 && slot >= a.pool_size)
@@ -244,6 +477,8 @@ rope_pool_vectorized(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
             __syncthreads(); /* the next tile rewrites the table */
     }
 }
+
+/* ---- the strided kernel ------------------------------------------------------------------------ */
 
 /* ---- the strided kernel ------------------------------------------------------------------------ */
 
@@ -328,7 +563,7 @@ __global__ void __launch_bounds__(256) rope_pool_strided(const __grid_constant__
 
 enum {
     STRIDED_THREADS = 256,
-    MAX_BLOCK_THREADS = 1024,
+    MAX_GROUPS = 512,          /* frequency groups of a head row the vectorized kernel takes */
     /* Tuned on an H200 (bench/results/cuda-*.md): a call is "large" from this many tokens per
      * multiprocessor; its threads then prefetch this many heads. Smaller calls give each block
      * this many frequency groups of a token. */
@@ -364,7 +599,7 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
     const long long heads = parts == RP_PARTS_ALL ? Hq + 2 * Hk : parts == RP_PARTS_ROTATE ? Hq + Hk : 2 * Hk;
     const long long groups = half_dim / per_vector;
 
-    plan.vectorized = p->inner_contiguous && half_dim % per_vector == 0 && groups <= MAX_BLOCK_THREADS / 2 &&
+    plan.vectorized = p->inner_contiguous && half_dim % per_vector == 0 && groups <= MAX_GROUPS &&
                       heads <= INT_MAX / 2 &&
                       rows_aligned(p->q, p->q_stride, T, Hq, elem) &&
                       rows_aligned(p->k, p->k_stride, T, Hk, elem) &&
@@ -384,8 +619,9 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
     /* Small calls (decode) are bound by a chain of latencies and by the instructions of the few
      * multiprocessors they occupy: each token's frequency groups are split over several blocks
      * (DECODE_GROUPS_PER_BLOCK, or 2, each: 64 or 32 contiguous bytes per head row), one head per
-     * thread. Large calls (prefill) are bound by the bytes each multiprocessor keeps in flight: a
-     * block serves whole tokens and each thread prefetches several heads. */
+     * thread: the decode kernel. Large calls (prefill) are bound by the bytes each multiprocessor
+     * keeps in flight: a block serves whole tokens and each thread prefetches several heads (the
+     * prefill kernel; with few heads a token, prefetch drops to 1 and the decode kernel runs). */
     const long long sms = st->num_sms > 0 ? st->num_sms : 1;
     const int large = T >= LARGE_CALL_TOKENS_PER_SM * sms;
     long long gb = groups;
@@ -395,7 +631,7 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
     int prefetch = large ? LARGE_CALL_PREFETCH : 1;
     while (prefetch > 1 && heads * gb < (long long)prefetch * 32)
         prefetch /= 2; /* keep at least a warp of threads per token */
-    const long long limit = prefetch >= 4 ? 512 : prefetch >= 2 ? 768 : MAX_BLOCK_THREADS;
+    const long long limit = rp_block_threads(prefetch);
     long long hy = div_up(heads, prefetch);
     if (hy * gb > limit)
         hy = limit / gb;
@@ -485,9 +721,9 @@ static cudaError_t launch_vectorized(const rp_cuda_state *st, const rp_problem *
     const dim3 grid(plan->grid, (unsigned)plan->chunks);
     const dim3 block((unsigned)plan->groups_per_block, (unsigned)plan->heads_per_pass,
                      (unsigned)plan->tokens_per_block);
-    void (*kernel)(rp_kernel_args<FREQ_CAP>) = plan->items_per_thread >= 4 ? rope_pool_vectorized<DT, HALF, FREQ_CAP, 4>
-                                               : plan->items_per_thread >= 2 ? rope_pool_vectorized<DT, HALF, FREQ_CAP, 2>
-                                                                             : rope_pool_vectorized<DT, HALF, FREQ_CAP, 1>;
+    void (*kernel)(rp_kernel_args<FREQ_CAP>) = plan->items_per_thread >= 4 ? rope_pool_prefill<DT, HALF, FREQ_CAP, 4>
+                                               : plan->items_per_thread >= 2 ? rope_pool_prefill<DT, HALF, FREQ_CAP, 2>
+                                                                             : rope_pool_decode<DT, HALF, FREQ_CAP>;
     return launch(kernel, grid, block, plan->shared_bytes, stream, plan->overlap_launch, a);
 }
 
