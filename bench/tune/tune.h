@@ -26,7 +26,6 @@ int tune_launch_floor(int which, void *stream, const void *src, void *dst, size_
 int tune_make_graph(void *stream, tune_enqueue_fn enqueue, void *arg, int64_t calls, void **exec);
 int tune_replay(void *stream, void *exec, double *seconds);
 void tune_destroy_graph(void *exec);
-double tune_median(double *x, int n);
 
 #ifdef __cplusplus
 }

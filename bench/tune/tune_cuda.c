@@ -226,7 +226,9 @@ int main(int argc, char **argv)
             }
         double plan_us = 0;
         for (int i = 0; i < nv; i++) {
-            const double us = 1e6 * tune_median(vs[i].samples, rounds);
+            bench_timing timing;
+            bench_summarize(vs[i].samples, rounds, vs[i].calls, &timing);
+            const double us = 1e6 * timing.median_s;
             if (!strcmp(vs[i].spec, "plan"))
                 plan_us = us;
             const rp_cuda_plan *pl = &vs[i].plan;

@@ -9,7 +9,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <vector>
 
 namespace {
 
@@ -114,7 +113,7 @@ extern "C" int tune_launch_floor(int which, void *stream, const void *src, void 
     case TUNE_FLOOR_CHAIN_PDL:
         e = launch_pdl(floor_chain_pdl, dim3(2), dim3(32), s, 1, (const int *)src, (int *)dst);
         break;
-    default: { /* the copy: enough 256-thread blocks for the vectors, at most 16 a multiprocessor */
+    default: { /* the copy: enough 256-thread blocks for the vectors, at most 16 per SM of an H200 */
         const size_t blocks = std::min<size_t>(std::max<size_t>((vectors + 255) / 256, 1), 132 * 16);
         e = launch_pdl(floor_copy_pdl, dim3((unsigned)blocks), dim3(256), s, 1, (const uint4 *)src, (uint4 *)dst,
                        vectors);
@@ -164,11 +163,4 @@ extern "C" int tune_replay(void *stream, void *exec, double *seconds)
 extern "C" void tune_destroy_graph(void *exec)
 {
     cudaGraphExecDestroy((cudaGraphExec_t)exec);
-}
-
-extern "C" double tune_median(double *x, int n)
-{
-    std::vector<double> v(x, x + n);
-    std::sort(v.begin(), v.end());
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }

@@ -2,8 +2,8 @@
  * rope_pool.cu — the CUDA kernels of rope_pool_fused, the one function that chooses their launch
  * geometry (rp_cuda_make_plan), and the dispatch from runtime sizes to compiled variants.
  *
- * Vectorized kernels (the fast path), decode and prefill. An item is one frequency group of one head: ELEMS = 16 /
- * sizeof(element) consecutive pairs (x[i], x[i + D/2]), i.e. two 16-byte vectors. A block is
+ * Vectorized kernels (the fast path): decode and prefill. An item is one frequency group of one
+ * head: ELEMS = 16 / sizeof(element) consecutive pairs (x[i], x[i + D/2]), i.e. two 16-byte vectors. A block is
  * (groups, heads, tokens): consecutive threads take consecutive groups of a head row, so a warp
  * reads and writes whole runs of 16-byte vectors. Each thread first issues the loads of the
  * token's position (if it helps build the table), of its first items and of the token's slot;
@@ -80,6 +80,18 @@ __device__ __forceinline__ void rotate_vectors(uint4 *lo, uint4 *hi, const float
     }
     *lo = E::pack(ox);
     *hi = E::pack(oy);
+}
+
+/* Table entry of pair j of a group: (cos, sin) of angle, float64 in, float32 out. The table of a
+ * token is [V/2][groups] float4, each float4 the (cos, sin) of pairs 2c and 2c + 1; cs points at
+ * this thread's group, GB groups apart. */
+__device__ __forceinline__ void put_cos_sin(float4 *cs, int GB, int j, double angle)
+{
+    float s, c;
+    rp_angle_sincos(angle, &s, &c);
+    float *entry = (float *)&cs[(j / 2) * GB] + (j % 2) * 2;
+    entry[0] = c;
+    entry[1] = s;
 }
 
 /* Which tensors an item (a frequency group of one head) reads and writes. */
@@ -266,7 +278,7 @@ __host__ __device__ constexpr int rp_block_threads(int prefetch)
     return prefetch >= 4 ? 512 : 768;
 }
 
-/* The decode kernel: one item per thread (heads past blockDim.y are looped over). HALF: head_dim
+/* The decode kernel: one item per thread (heads past blockDim.y are looped over after it). HALF: head_dim
  * / 2 when compiled for one head_dim, 0 for any (up to FREQ_CAP).
  *
  * Block (x, y, z) = (frequency group, head, token): thread (g, h, y) serves group g of heads h,
@@ -276,15 +288,14 @@ __host__ __device__ constexpr int rp_block_threads(int prefetch)
  *
  * A decode call is a chain of latencies, and most of its time was instructions on parameters
  * (bench/results/cuda-h200-tuning.md: 2.3 us a call at T = 1, against 0.7 us for a plain copy of
- * its bytes). So before waiting for the previous kernel, each thread turns the parameters into its items'
- * addresses and (if it builds the table) its frequency: with programmatic dependent launch that
- * work overlaps the previous kernel, and after the wait a decode call is one chain of loads,
+ * its bytes). So before waiting for the previous kernel, each thread turns the parameters into
+ * its item's addresses and (if it builds the table) its frequency: with programmatic dependent
+ * launch that work overlaps the previous kernel, and after the wait a decode call is one chain of loads,
  * float64 sin/cos, one barrier, rotation and stores. */
 template <rp_dtype DT, int HALF, int FREQ_CAP>
 __global__ void __launch_bounds__(rp_block_threads(1))
 rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
 {
-    constexpr int PREFETCH = 1; /* one item per thread, described before the wait */
     typedef rp_elem<DT> E;
     constexpr int V = E::ELEMS;
     constexpr size_t ELEM = sizeof(typename E::storage);
@@ -302,21 +313,12 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
     /* Threads y < V build the table: pair y (y + HY, ...) of their group. */
     const bool builds_table = rotates && (int)threadIdx.y < V;
     const double freq = builds_table ? a.inv_freq[first + threadIdx.y] : 0.0;
-    /* The item's addresses and row strides, now, before the wait. (The prefill kernel holds
-     * several items' data across its barrier and computes addresses where they are used, so that
-     * they take no registers across it; the loops and DESCRIBE_EARLY keep the two alike.) */
-    constexpr bool DESCRIBE_EARLY = PREFETCH == 1;
-    rp_item item[PREFETCH];
-    rp_item_rows rows[PREFETCH];
+    /* This thread's item (head y; junk, and unused, when y >= heads), before the wait. */
+    const rp_item item = make_item<ELEM>(a, threadIdx.y, first);
+    const rp_item_rows rows = item_rows<ELEM>(a, item.kind);
     unsigned long long ready = (unsigned long long)__double_as_longlong(freq);
-#pragma unroll
-    for (int j = 0; j < PREFETCH; j++)
-        if (DESCRIBE_EARLY) {
-            item[j] = make_item<ELEM>(a, threadIdx.y + j * HY, first);
-            rows[j] = item_rows<ELEM>(a, item[j].kind);
-            ready ^= (unsigned long long)item[j].src ^ (unsigned long long)item[j].out ^
-                     (unsigned long long)item[j].pool ^ (unsigned long long)(rows[j].src ^ rows[j].out ^ rows[j].pool);
-        }
+    ready ^= (unsigned long long)item.src ^ (unsigned long long)item.out ^ (unsigned long long)item.pool ^
+             (unsigned long long)(rows.src ^ rows.out ^ rows.pool);
     /* Every 64-byte line of the scalar parameters, so that the reads after the wait hit. */
     const unsigned *words = (const unsigned *)&a;
 #pragma unroll
@@ -334,17 +336,12 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
         if (builds_table && token_ok)
             pos = rp_index_issue(a.positions, a.pos64, a.pos_stride, t);
 
-        /* 1. This thread's items and the token's slot. */
-        uint4 lo[PREFETCH], hi[PREFETCH];
-#pragma unroll
-        for (int j = 0; j < PREFETCH; j++) {
-            const int h = threadIdx.y + j * HY;
-            if (token_ok && h < a.heads) {
-                const rp_item it = DESCRIBE_EARLY ? item[j] : make_item<ELEM>(a, h, first);
-                const char *p = it.src + t * (DESCRIBE_EARLY ? rows[j] : item_rows<ELEM>(a, it.kind)).src;
-                lo[j] = *(const uint4 *)p;
-                hi[j] = *(const uint4 *)(p + half_bytes);
-            }
+        /* 1. This thread's item and the token's slot. */
+        uint4 lo, hi;
+        if (token_ok && (int)threadIdx.y < a.heads) {
+            const char *p = item.src + t * rows.src;
+            lo = *(const uint4 *)p;
+            hi = *(const uint4 *)(p + half_bytes);
         }
         rp_index_words slot_words = {-1, -1};
         if (uses_slot && token_ok)
@@ -365,24 +362,17 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
             __syncthreads();
         }
 
-        /* 3. Rotate and store. */
+        /* 3. Rotate and store: this thread's item, then heads past blockDim.y. */
         const long long slot = uses_slot ? rp_index_value(slot_words, a.slot64) : -1;
         const bool to_pool = slot >= 0 && slot < a.pool_size;
-#pragma unroll
-        for (int j = 0; j < PREFETCH; j++) {
-            const int h = threadIdx.y + j * HY;
-            if (token_ok && h < a.heads) {
-                const rp_item it = DESCRIBE_EARLY ? item[j] : make_item<ELEM>(a, h, first);
-                finish_item<DT>(it, DESCRIBE_EARLY ? rows[j] : item_rows<ELEM>(a, it.kind), lo[j], hi[j], t, to_pool,
-                                slot, half_bytes, cs, GB);
-            }
-        }
-        for (int h = threadIdx.y + PREFETCH * HY; token_ok && h < a.heads; h += HY) {
+        if (token_ok && (int)threadIdx.y < a.heads)
+            finish_item<DT>(item, rows, lo, hi, t, to_pool, slot, half_bytes, cs, GB);
+        for (int h = threadIdx.y + HY; token_ok && h < a.heads; h += HY) {
             const rp_item it = make_item<ELEM>(a, h, first);
-            const rp_item_rows rows = item_rows<ELEM>(a, it.kind);
-            const char *p = it.src + t * rows.src;
-            finish_item<DT>(it, rows, *(const uint4 *)p, *(const uint4 *)(p + half_bytes), t, to_pool, slot,
-                            half_bytes, cs, GB);
+            const rp_item_rows r = item_rows<ELEM>(a, it.kind);
+            const char *p = it.src + t * r.src;
+            finish_item<DT>(it, r, *(const uint4 *)p, *(const uint4 *)(p + half_bytes), t, to_pool, slot, half_bytes,
+                            cs, GB);
         }
         if (threadIdx.x == 0 && threadIdx.y == 0 && blockIdx.y == 0 && slot >= a.pool_size)
             rp_record_bad_slot(a.status, t, slot, a.pool_size);
@@ -477,8 +467,6 @@ rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
             __syncthreads(); /* the next tile rewrites the table */
     }
 }
-
-/* ---- the strided kernel ------------------------------------------------------------------------ */
 
 /* ---- the strided kernel ------------------------------------------------------------------------ */
 
