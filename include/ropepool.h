@@ -29,7 +29,7 @@
 /* ---- version ------------------------------------------------------------------------------- */
 
 #define RP_VERSION_MAJOR 0
-#define RP_VERSION_MINOR 1
+#define RP_VERSION_MINOR 2
 #define RP_VERSION_PATCH 0
 #define RP_VERSION_NUMBER (RP_VERSION_MAJOR * 10000 + RP_VERSION_MINOR * 100 + RP_VERSION_PATCH)
 
@@ -94,8 +94,8 @@ typedef enum rp_dtype {
     RP_U32 = 11,
     RP_U64 = 12,
     RP_BOOL = 13,
-    RP_F8_E4M3 = 14, /* reserved for fp8 pools; not accepted yet */
-    RP_F8_E5M2 = 15, /* reserved for fp8 pools; not accepted yet */
+    RP_F8_E4M3 = 14, /* OCP float8 e4m3fn (max 448, no infinities): pools only */
+    RP_F8_E5M2 = 15, /* OCP float8 e5m2 (max 57344): pools only */
     RP_DTYPE_OTHER = 255 /* anything else (complex, strings, ...) */
 } rp_dtype;
 
@@ -205,9 +205,18 @@ RP_API rp_status rp_context_check(rp_context *ctx, void *stream, char *errbuf, s
 /* ---- the operation ------------------------------------------------------------------------------- */
 
 typedef enum rp_rope_style {
-    RP_ROPE_NEOX = 0, /* rotate-half: pairs (x[i], x[i + rotary_dim/2]) — the only style for now */
-    RP_ROPE_GPTJ = 1  /* interleaved: pairs (x[2i], x[2i + 1]) — reserved, not supported yet    */
+    RP_ROPE_NEOX = 0, /* rotate-half: pairs (x[j], x[j + rotary_dim/2])                          */
+    RP_ROPE_GPTJ = 1  /* interleaved: pairs (x[2j], x[2j + 1])                                    */
 } rp_rope_style;
+
+/* How a pool tensor maps a slot to its row (rp_rope_pool_args.kv_layout). FlashInfer's names. */
+typedef enum rp_kv_layout {
+    RP_KV_FLAT = 0, /* [P, Hk, D]: slot s is row s (the seed's and sglang's token pool)            */
+    RP_KV_NHD = 1,  /* [num_blocks, block_size, Hk, D]: slot s is row s % block_size of block
+                       s / block_size (vLLM's FlashAttention cache, FlashInfer NHD)                */
+    RP_KV_HND = 2   /* [num_blocks, Hk, block_size, D]: the same slot order, heads outside rows
+                       (FlashInfer HND, vLLM's packed layout split per K and V)                   */
+} rp_kv_layout;
 
 /* rp_rope_pool_args.flags */
 #define RP_CHECK_SLOTS 0x1u /* CUDA: copy slots to the host and validate range and duplicates
@@ -218,14 +227,14 @@ typedef struct rp_rope_pool_args {
     /* Inputs: read only, never written. */
     rp_tensor q;         /* [T, Hq, D]  f32 | f16 | bf16                                         */
     rp_tensor k;         /* [T, Hk, D]  same dtype as q                                          */
-    rp_tensor v;         /* [T, Hk, D]  same dtype as q                                          */
+    rp_tensor v;         /* [T, Hk, Dv] same dtype as q; Dv = v_head_dim (default D)             */
     rp_tensor positions; /* [T]         i32 | i64: the token's position in its sequence          */
     rp_tensor slots;     /* [T]         i32 | i64: pool row for the token; any value < 0 skips   */
     /* In-out: row slots[t] of each pool is overwritten for every slots[t] >= 0; no other row is
      * read or written. Strided over slots is fine (one layer of a [layers, P, Hk, D] buffer,
-     * or k and v interleaved as [P, 2, Hk, D]). */
-    rp_tensor k_pool;    /* [P, Hk, D]  same dtype as q; receives RoPE(k)                        */
-    rp_tensor v_pool;    /* [P, Hk, D]  same dtype as q; receives v unchanged (bit copy)         */
+     * or k and v interleaved as [P, 2, Hk, D]). Paged layouts: see kv_layout. */
+    rp_tensor k_pool;    /* [P, Hk, D]  same dtype as q (or fp8, see pool_dtype); receives RoPE(k) */
+    rp_tensor v_pool;    /* [P, Hk, Dv] same format as k_pool; receives v (bit copy, or fp8)      */
     /* Outputs. q_rot may be q itself (same data, shape and strides) and k_rot may be k itself:
      * that is the in-place call. Any other overlap of an output with an input or with another
      * output is rejected. */
@@ -236,18 +245,34 @@ typedef struct rp_rope_pool_args {
     int64_t head_dim;     /* D: even, > 0                                                         */
     int64_t num_qo_heads; /* Hq > 0                                                                */
     int64_t num_kv_heads; /* Hk > 0                                                                */
-    double rope_base;     /* theta: positive and finite; frequency i is rope_base^(-2i/D)          */
+    double rope_base;     /* theta: positive and finite; frequency j is rope_base^(-2j/rotary_dim) */
 
     /* Extensions. All-zero keeps the seed's behaviour; a value this version cannot honour is
      * rejected with RP_ERR_UNSUPPORTED, never ignored. */
-    int32_t style;        /* rp_rope_style: RP_ROPE_NEOX only for now                              */
+    int32_t style;        /* rp_rope_style                                                         */
     int32_t num_threads;  /* CPU: at most this many threads for this call; 0 = the context's       */
-    int64_t rotary_dim;   /* rotated leading part of each head; 0 = head_dim (only value for now)  */
-    const double *inv_freq; /* reserved for custom / scaled frequencies [rotary_dim/2]: NULL now   */
+    int64_t rotary_dim;   /* R: the rotated leading part of each head, even, 2 <= R <= D; dims
+                             R..D-1 pass through unchanged. 0 = head_dim                           */
+    const double *inv_freq; /* [R/2] caller's frequencies (finite, >= 0; 0 leaves its pair
+                             unrotated), host memory read during the call; NULL = rope_base's     */
     uint32_t flags;       /* RP_CHECK_SLOTS                                                        */
-    uint32_t reserved0;   /* must be 0                                                             */
+    int32_t kv_layout;    /* rp_kv_layout; RP_KV_FLAT (0) = the seed's [P, Hk, D] pools             */
     void *stream;         /* CUDA: the cudaStream_t to launch on (NULL = legacy default stream)    */
-    uint64_t reserved[8]; /* must be 0: room for fp8 pool scales and later fields                  */
+    double attention_scaling; /* s > 0, finite: cos and sin are multiplied by s (YaRN, LongRoPE);
+                                 0 = 1.0                                                          */
+    int64_t v_head_dim;   /* Dv: width of v and v_pool heads (MLA's latent row); 0 = head_dim     */
+    /* fp8 pools. pool_dtype names the storage format of both pools when they are RP_U8 arrays
+     * (sglang's uint8 fp8 pools): RP_F8_E4M3 or RP_F8_E5M2; 0 = the pools' own dtype. Stored
+     * value = fp8(x / scale), round to nearest even, saturating to the format's finite range. */
+    int32_t pool_dtype;
+    uint32_t reserved0;   /* must be 0                                                             */
+    double k_scale;       /* fp8 pools: K's scale, > 0 and finite; 0 = 1.0                          */
+    double v_scale;       /* fp8 pools: V's scale; 0 = 1.0                                          */
+    const float *k_scale_ptr; /* or one float32 in the tensors' memory (device memory on CUDA),
+                                 read when the kernel runs, so a captured graph sees updates;
+                                 NULL = k_scale                                                   */
+    const float *v_scale_ptr; /* likewise for v_scale                                             */
+    uint64_t reserved[16]; /* must be 0: room for mRoPE and QK-norm                               */
 } rp_rope_pool_args;
 
 /*

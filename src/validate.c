@@ -117,13 +117,25 @@ static rp_status check_scalars(const rp_rope_pool_args *a, rp_err *err)
                        (long long)a->rotary_dim, (long long)a->head_dim);
     if (a->inv_freq != NULL)
         return rp_fail(err, RP_ERR_UNSUPPORTED, "inv_freq (custom frequencies) is not supported yet: pass NULL");
+    if (a->attention_scaling != 0.0 && a->attention_scaling != 1.0)
+        return rp_fail(err, RP_ERR_UNSUPPORTED, "attention_scaling %g is not supported yet: pass 0 or 1",
+                       a->attention_scaling);
+    if (a->kv_layout != RP_KV_FLAT)
+        return rp_fail(err, RP_ERR_UNSUPPORTED, "kv_layout %d is not supported yet: only RP_KV_FLAT (0)",
+                       (int)a->kv_layout);
+    if (a->v_head_dim != 0 && a->v_head_dim != a->head_dim)
+        return rp_fail(err, RP_ERR_UNSUPPORTED, "v_head_dim %lld is not supported yet: only 0 or head_dim",
+                       (long long)a->v_head_dim);
+    if (a->pool_dtype != 0 || a->k_scale_ptr != NULL || a->v_scale_ptr != NULL ||
+        (a->k_scale != 0.0 && a->k_scale != 1.0) || (a->v_scale != 0.0 && a->v_scale != 1.0))
+        return rp_fail(err, RP_ERR_UNSUPPORTED, "fp8 pools (pool_dtype, k_scale, v_scale) are not supported yet");
     if (a->num_threads < 0)
         return rp_fail(err, bad, "num_threads must be >= 0 (0 = the context's), got %d", (int)a->num_threads);
     if (a->flags & ~(uint32_t)RP_CHECK_SLOTS)
         return rp_fail(err, bad, "flags 0x%x has unknown bits (known: RP_CHECK_SLOTS = 0x1)",
                        (unsigned)a->flags);
     int reserved = a->reserved0 != 0;
-    for (int i = 0; i < 8; i++)
+    for (size_t i = 0; i < sizeof a->reserved / sizeof a->reserved[0]; i++)
         reserved |= a->reserved[i] != 0;
     if (reserved)
         return rp_fail(err, bad, "rp_rope_pool_args reserved fields must be 0 (zero-initialise the struct)");
