@@ -8,13 +8,11 @@
  *   - a success's outputs meet the float64 bound against the inputs as they were before the call.
  * Under `make asan` this also proves no out-of-bounds access. Seed: argv[1] or a fixed default.
  */
-#include "test_util.h"
+#include "test_verify.h"
 
-#include "internal.h"
 #include "overlap.h"
-#include "ref/verify.h"
 
-enum { ARENA = 1 << 18, CALLS = 3000 };
+enum { ARENA = 1 << 18, CALLS = 3000, QUICK_CALLS = 1000 }; /* QUICK: ROPEPOOL_TEST_QUICK */
 
 static test_rng rng;
 static unsigned char arena[ARENA], before[ARENA], writable[ARENA];
@@ -189,6 +187,7 @@ static void fuzz_one(int call, int *ok_calls)
 
 int main(int argc, char **argv)
 {
+    check_forced_level();
     rng.state = argc > 1 ? strtoull(argv[1], NULL, 0) : 0x5eed;
     for (size_t i = 0; i < ARENA; i++)
         arena[i] = (unsigned char)rng_next(&rng);
@@ -197,14 +196,15 @@ int main(int argc, char **argv)
         float f = (float)rng_uniform(&rng, -4, 4);
         memcpy(arena + i, &f, 4);
     }
+    const int calls = test_quick() ? QUICK_CALLS : CALLS;
     int ok_calls = 0;
-    for (int call = 0; call < CALLS && test_failures < 5; call++)
+    for (int call = 0; call < calls && test_failures < 5; call++)
         fuzz_one(call, &ok_calls);
-    printf("  %d calls, %d succeeded and were verified (kernel level %s)\n", CALLS, ok_calls,
+    printf("  %d calls, %d succeeded and were verified (kernel level %s)\n", calls, ok_calls,
            rp_cpu_kernel_name());
     for (int s = 1; s < 8; s++)
         if (status_counts[s])
             printf("  %5d x %s\n", status_counts[s], rp_status_name((rp_status)s));
-    CHECK(ok_calls > CALLS / 20, "too few valid calls (%d) to mean anything", ok_calls);
+    CHECK(ok_calls > calls / 20, "too few valid calls (%d) to mean anything", ok_calls);
     return test_summary("test_fuzz");
 }

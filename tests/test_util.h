@@ -41,6 +41,14 @@ static inline int test_summary(const char *suite)
     return test_failures ? 1 : 0;
 }
 
+/* 1 when ROPEPOOL_TEST_QUICK is set (and not "0"): the long suites run at reduced sizes and
+ * counts, for emulated (make test-aarch64) and instrumented (compute-sanitizer) runs. */
+static inline int test_quick(void)
+{
+    const char *q = getenv("ROPEPOOL_TEST_QUICK");
+    return q && *q && strcmp(q, "0") != 0;
+}
+
 /* splitmix64: small, seeded, reproducible. */
 typedef struct test_rng {
     uint64_t state;

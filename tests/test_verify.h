@@ -7,8 +7,25 @@
 
 #include "test_util.h"
 
+#include "cpu/kernels.h"
 #include "internal.h"
 #include "ref/verify.h"
+
+/* A suite run with ROPEPOOL_CPU=<level> (tests/CMakeLists.txt) must test that level: dispatch only
+ * warns and runs a lower one when the CPU lacks it. Exits 77 (ctest's skip) in that case; a level
+ * the CPU has that did not run is a failure. Call before the first kernel call. */
+static inline void check_forced_level(void)
+{
+    const char *forced = getenv("ROPEPOOL_CPU");
+    if (!forced || !*forced)
+        return;
+    if (!rp_cpu_level_supported(forced)) {
+        printf("skip: ROPEPOOL_CPU=%s, which this CPU or build cannot run\n", forced);
+        exit(77);
+    }
+    CHECK(strcmp(rp_cpu_kernel_name(), forced) == 0, "ROPEPOOL_CPU=%s but the %s kernels run", forced,
+          rp_cpu_kernel_name());
+}
 
 /* Checks finished outputs (described by `out`, host memory) against inputs described by `in`
  * (the same call, except the original q and k for an in-place call) with the float64 formula. */

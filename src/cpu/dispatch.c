@@ -1,22 +1,46 @@
 /*
  * dispatch.c — picks the CPU kernel level once per process.
  *
- * The table starts as the reference kernel; the best level the CPU supports then replaces its
- * entries. ROPEPOOL_CPU=avx512|avx2|portable|reference caps the level (a level the CPU lacks is
- * refused with a warning, never executed), and ROPEPOOL_VERBOSE=1 prints the choice.
+ * The table starts as the reference kernel; the levels up to the best one the CPU supports then
+ * replace its entries in order (x86-64: portable, avx2, avx512; aarch64: portable, neon).
+ * ROPEPOOL_CPU=<level> caps the level (a level the CPU or this build lacks is refused with a
+ * warning, never executed), and ROPEPOOL_VERBOSE=1 prints the choice.
  */
 #include "kernels.h"
 
 #ifdef RP_HAVE_X86_KERNELS
 #  include <cpuid.h>
 #endif
+#if defined(RP_HAVE_NEON_KERNELS) && defined(__linux__)
+#  include <sys/auxv.h>
+#endif
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum level { LEVEL_REFERENCE, LEVEL_PORTABLE, LEVEL_AVX2, LEVEL_AVX512 };
-static const char *const level_names[] = {"reference", "portable", "avx2", "avx512"};
+static void fill_reference(rp_cpu_kernels *t)
+{
+    t->name = "reference";
+    t->rope_pool[RP_F32] = t->rope_pool[RP_F16] = t->rope_pool[RP_BF16] = rp_ref_rope_pool;
+}
+
+/* This build's levels, lowest first: each one's fill replaces the entries it improves on. */
+static const struct {
+    const char *name;
+    void (*fill)(rp_cpu_kernels *table);
+} levels[] = {
+    {"reference", fill_reference},
+    {"portable", rp_cpu_fill_portable},
+#ifdef RP_HAVE_X86_KERNELS
+    {"avx2", rp_cpu_fill_avx2},
+    {"avx512", rp_cpu_fill_avx512},
+#endif
+#ifdef RP_HAVE_NEON_KERNELS
+    {"neon", rp_cpu_fill_neon},
+#endif
+};
+enum { NUM_LEVELS = (int)(sizeof levels / sizeof levels[0]) };
 
 static rp_cpu_kernels table;
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
@@ -31,7 +55,16 @@ static int has_f16c(void)
 }
 #endif
 
-static enum level best_supported(void)
+static int level_index(const char *name)
+{
+    for (int i = 0; i < NUM_LEVELS; i++)
+        if (strcmp(name, levels[i].name) == 0)
+            return i;
+    return -1;
+}
+
+/* The index in levels[] of the best level this CPU runs. */
+static int best_supported(void)
 {
 #ifdef RP_HAVE_X86_KERNELS
     __builtin_cpu_init();
@@ -39,41 +72,42 @@ static enum level best_supported(void)
     const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-        return LEVEL_AVX512;
+        return level_index("avx512");
     if (avx2)
-        return LEVEL_AVX2;
+        return level_index("avx2");
 #endif
-    return LEVEL_PORTABLE;
+#ifdef RP_HAVE_NEON_KERNELS
+    /* Advanced SIMD (with its float16 conversions) is part of the aarch64 base ISA; Linux still
+     * reports it, so a kernel that disabled it is noticed. */
+#  ifdef __linux__
+    if (!(getauxval(AT_HWCAP) & HWCAP_ASIMD))
+        return level_index("portable");
+#  endif
+    return level_index("neon");
+#endif
+    return level_index("portable");
 }
 
 static void fill_table(void)
 {
-    enum level level = best_supported();
+    int level = best_supported();
     const char *forced = getenv("ROPEPOOL_CPU");
     if (forced && *forced) {
-        int found = -1;
-        for (int i = 0; i < 4; i++)
-            if (strcmp(forced, level_names[i]) == 0)
-                found = i;
-        if (found < 0)
-            fprintf(stderr, "ropepool: ROPEPOOL_CPU=%s is not one of avx512, avx2, portable, "
-                            "reference; using %s\n", forced, level_names[level]);
-        else if ((enum level)found > level)
+        const int found = level_index(forced);
+        if (found < 0) {
+            fprintf(stderr, "ropepool: ROPEPOOL_CPU=%s is not one of", forced);
+            for (int i = NUM_LEVELS - 1; i >= 0; i--)
+                fprintf(stderr, " %s%s", levels[i].name, i ? "," : ";");
+            fprintf(stderr, " using %s\n", levels[level].name);
+        } else if (found > level) {
             fprintf(stderr, "ropepool: ROPEPOOL_CPU=%s is not supported by this CPU; using %s\n",
-                    forced, level_names[level]);
-        else
-            level = (enum level)found;
+                    forced, levels[level].name);
+        } else {
+            level = found;
+        }
     }
-    table.name = level_names[LEVEL_REFERENCE];
-    table.rope_pool[RP_F32] = table.rope_pool[RP_F16] = table.rope_pool[RP_BF16] = rp_ref_rope_pool;
-    if (level >= LEVEL_PORTABLE)
-        rp_cpu_fill_portable(&table);
-#ifdef RP_HAVE_X86_KERNELS
-    if (level >= LEVEL_AVX2)
-        rp_cpu_fill_avx2(&table);
-    if (level >= LEVEL_AVX512)
-        rp_cpu_fill_avx512(&table);
-#endif
+    for (int i = 0; i <= level; i++)
+        levels[i].fill(&table);
     const char *verbose = getenv("ROPEPOOL_VERBOSE");
     if (verbose && *verbose && strcmp(verbose, "0") != 0)
         fprintf(stderr, "ropepool: CPU kernels: %s\n", table.name);
@@ -87,10 +121,8 @@ const rp_cpu_kernels *rp_cpu_kernel_table(void)
 
 int rp_cpu_level_supported(const char *level)
 {
-    for (int i = 0; i < 4; i++)
-        if (strcmp(level, level_names[i]) == 0)
-            return (enum level)i <= best_supported();
-    return 0;
+    const int i = level_index(level);
+    return i >= 0 && i <= best_supported();
 }
 
 const char *rp_cpu_kernel_name(void)

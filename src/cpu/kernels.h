@@ -15,8 +15,13 @@ void rp_cpu_fill_avx2(rp_cpu_kernels *table);
 void rp_cpu_fill_avx512(rp_cpu_kernels *table);
 #endif
 
-/* 1 if this CPU can run the kernel level named "avx512", "avx2", "portable" or "reference" (what
- * dispatch.c checks before it fills the table; the tests use it to pick the levels to run). */
+#if defined(__aarch64__) || defined(_M_ARM64)
+#  define RP_HAVE_NEON_KERNELS 1
+void rp_cpu_fill_neon(rp_cpu_kernels *table);
+#endif
+
+/* 1 if this CPU can run the kernel level named "avx512", "avx2", "neon", "portable" or "reference"
+ * (what dispatch.c checks before it fills the table; the tests use it to pick the levels to run). */
 int rp_cpu_level_supported(const char *level);
 
 /* Bytes a whole call moves through memory: q and q_rot; k, k_rot and k_pool; v and v_pool. The

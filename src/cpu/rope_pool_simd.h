@@ -1,15 +1,16 @@
 /*
- * rope_pool_simd.h — the part of the AVX2 and AVX-512 kernels that does not depend on the vector
- * width: the walk over tokens, frequency chunks and heads, the libm fallback for huge angles, the
+ * rope_pool_simd.h — the part of the AVX2, AVX-512 and NEON kernels that does not depend on the
+ * ISA: the walk over tokens, frequency chunks and heads, the libm fallback for huge angles, the
  * pool copies, and the choice of streaming stores. An ISA file includes this header, defines the
  * four primitives declared below (the only code that differs between ISAs), and fills its table
- * with simd_fill_table().
+ * with simd_fill_table(). An ISA without streaming stores worth using defines
+ * SIMD_STREAMING_STORES to 0 first: every call then takes one pass with ordinary stores.
  *
  * Numerics, per token: the angles pos * inv_freq[i] are reduced and evaluated in float64 exactly
  * as sincos.h does (same constants; the Horner steps are FMAs), rounded to float32 once into
  * cs/sn, and reused by all Hq + Hk heads. Each pair then rotates in float32:
  *     x' = fma(x, c, -(y * s)),   y' = fma(y, c, x * s).
- * Both ISAs do the same operations in the same order, so their outputs agree bit for bit, and the
+ * Every ISA does the same operations in the same order, so their outputs agree bit for bit, and the
  * partition of tokens between threads cannot change a result.
  */
 #ifndef RP_CPU_ROPE_POOL_SIMD_H
@@ -21,6 +22,10 @@
 #include <stdint.h>
 
 #define RP_ALWAYS_INLINE inline __attribute__((always_inline))
+
+#ifndef SIMD_STREAMING_STORES
+#  define SIMD_STREAMING_STORES 1
+#endif
 
 enum {
     SIMD_CHUNK = 256, /* frequencies per pass: bounds the cs/sn buffers for any head_dim */
@@ -100,7 +105,7 @@ enum { SIMD_STREAM_ROWS = 1, SIMD_STREAM_POOL = 2 };
 static int simd_streaming(const rp_problem *p)
 {
     const int64_t elem = (int64_t)rp_dtype_size(p->dtype);
-    if ((p->head_dim / 2 * elem) % SIMD_LINE != 0)
+    if (!SIMD_STREAMING_STORES || (p->head_dim / 2 * elem) % SIMD_LINE != 0)
         return 0;
     int mode = 0;
     if (simd_rows_on_lines(p->k_pool, p->k_pool_stride, elem) &&

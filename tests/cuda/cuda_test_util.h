@@ -23,13 +23,6 @@
         }                                                                                         \
     } while (0)
 
-/* 1 when ROPEPOOL_TEST_QUICK is set: small sizes only (the compute-sanitizer runs). */
-static inline int cuda_test_quick(void)
-{
-    const char *q = getenv("ROPEPOOL_TEST_QUICK");
-    return q && *q && strcmp(q, "0") != 0;
-}
-
 /* Returns 1 (after printing why) when this machine has no usable CUDA device. */
 static inline int cuda_test_no_gpu(void)
 {

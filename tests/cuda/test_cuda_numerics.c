@@ -52,7 +52,7 @@ static void test_every_dtype_and_shape_agrees_with_float64_and_the_cpu(void)
 {
     const int64_t Ts_full[] = {1, 7, 64, 300, 1500};
     const int64_t Ts_quick[] = {1, 7, 40};
-    const int quick = cuda_test_quick();
+    const int quick = test_quick();
     const int64_t *Ts = quick ? Ts_quick : Ts_full;
     const int nT = quick ? 3 : 5;
     int64_t total = 0, same = 0;
@@ -157,7 +157,7 @@ static void test_rotate_then_scatter_equals_fused(void)
  * calls and several for large ones. The first tokens of a large call equal a small call's. */
 static void test_results_do_not_depend_on_launch_geometry(void)
 {
-    const int64_t big_T = cuda_test_quick() ? 600 : 20000, small_T = 5, Hq = 32, Hk = 8, D = 128;
+    const int64_t big_T = test_quick() ? 600 : 20000, small_T = 5, Hq = 32, Hk = 8, D = 128;
     for (int d = 0; d < 3; d++) {
         fixture big;
         fixture_init(&big, &rng, big_T, Hq, Hk, D, big_T + 8, dtypes[d], RP_I32, 131072, 0);

@@ -89,7 +89,7 @@ static void test_slots_past_the_pool_are_never_written(void)
  * before a check, the lowest token of either. */
 static void test_the_lowest_bad_token_is_reported(void)
 {
-    const int quick = cuda_test_quick();
+    const int quick = test_quick();
     const int64_t T = quick ? 600 : 4096, P = T + 16;
     const int64_t bad_tokens[3] = {T - 1, quick ? 177 : 777, quick ? 500 : 3000};
     for (int vec = 0; vec < 2; vec++) {
@@ -139,7 +139,7 @@ static void test_the_lowest_bad_token_is_reported(void)
  * rows near its end are written at the right place, their neighbours are not, slot P is refused. */
 static void test_pool_beyond_2_pow_31_elements(void)
 {
-    if (cuda_test_quick()) {
+    if (test_quick()) {
         printf("skip: the 8 GiB pool test in quick mode\n");
         return;
     }
