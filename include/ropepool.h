@@ -323,10 +323,11 @@ RP_API rp_status rp_rope_pool_fused(rp_context *ctx, const rp_rope_pool_args *ar
 
 /* ---- what runs ------------------------------------------------------------------------------------ */
 
-/* The CPU kernel level the library chose, detected once: "avx512", "avx2", "portable", or
- * "reference". The environment variable ROPEPOOL_CPU (same names) forces a lower level; with
- * ROPEPOOL_VERBOSE=1 the choice is printed to stderr once. Calls whose head_dim is not the
- * innermost contiguous dimension of every tensor fall back to the reference kernel. */
+/* The CPU kernel level the library chose, detected once: "avx512", "avx2" (x86-64), "neon"
+ * (aarch64), "portable", or "reference". The environment variable ROPEPOOL_CPU (same names)
+ * forces a lower level; with ROPEPOOL_VERBOSE=1 the choice is printed to stderr once. Calls whose
+ * head_dim is not the innermost contiguous dimension of every tensor fall back to the reference
+ * kernel. */
 RP_API const char *rp_cpu_kernel_name(void);
 
 /* 1 if this library was built with its CUDA backend, 0 if not. */

@@ -114,7 +114,7 @@ rp_status rp_cpu_rope_pool(rp_context *ctx, const rp_problem *p, rp_parts parts,
 
 /* The CPU kernel table, filled once: the reference first, then what this CPU can do better. */
 typedef struct rp_cpu_kernels {
-    const char *name;                    /* "avx512", "avx2", "portable", "reference" */
+    const char *name;                    /* "avx512", "avx2", "neon", "portable", "reference" */
     rp_cpu_kernel_fn rope_pool[4];       /* indexed by rp_dtype: RP_F32, RP_F16, RP_BF16 */
 } rp_cpu_kernels;
 

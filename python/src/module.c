@@ -115,8 +115,8 @@ static PyMethodDef methods[] = {
      "version($module, /)\n--\n\nThe version of the loaded libropepool, \"MAJOR.MINOR.PATCH\"."},
     {"cpu_kernel", cpu_kernel, METH_NOARGS,
      "cpu_kernel($module, /)\n--\n\n"
-     "The CPU kernel level the library chose: \"avx512\", \"avx2\", \"portable\" or \"reference\"\n"
-     "(the environment variable ROPEPOOL_CPU forces a lower one)."},
+     "The CPU kernel level the library chose: \"avx512\", \"avx2\", \"neon\", \"portable\" or\n"
+     "\"reference\" (the environment variable ROPEPOOL_CPU forces a lower one)."},
     {"has_cuda", has_cuda, METH_NOARGS,
      "has_cuda($module, /)\n--\n\nWhether this build of the library has its CUDA backend."},
     {"num_threads", num_threads, METH_NOARGS,

@@ -367,7 +367,7 @@ def test_version_is_the_headers(ropepool):
 
 
 def test_cpu_kernel_and_cuda_flag_are_reported(ropepool):
-    assert ropepool.cpu_kernel() in {"avx512", "avx2", "portable", "reference"}
+    assert ropepool.cpu_kernel() in {"avx512", "avx2", "neon", "portable", "reference"}
     assert isinstance(ropepool.has_cuda(), bool)
 
 
