@@ -5,7 +5,9 @@
  * Bound, per output element y (the float64 formula on the given inputs):
  *     |out - y| <= ulp_dtype(y) + 8 * 2^-24 * (|x[i]| + |x[i + D/2]|)
  * and an output equal to y correctly rounded always passes (that covers overflow to infinity).
- * v_pool rows must equal v bit for bit, and k_pool rows must equal k_rot bit for bit.
+ * v_pool rows must equal v bit for bit, and k_pool rows must equal k_rot bit for bit. fp8 pools
+ * hold the correctly rounded fp8 of value / scale (K: the float64 formula, not k_rot; V: v),
+ * except within the kernel's own arithmetic error of a rounding midpoint (check_fp8).
  */
 #include "verify.h"
 
@@ -79,37 +81,82 @@ static void check_value(rp_verify_result *r, rp_dtype dtype, const char *what, i
         note_failure(r, what, t, h, i, got, want, bound);
 }
 
+/* fp8 pools: code `got` must be the correctly rounded fp8 of value / scale, where value is the
+ * float64 formula, except that a kernel whose own arithmetic error is at most err (in units of
+ * value) may land on either neighbour of a rounding midpoint within err: the codes that
+ * fp8((value -+ err) / scale) give bound the acceptable ones (rounding is monotonic). */
+static void check_fp8(const rp_problem *p, rp_verify_result *r, const char *what, int64_t t, int64_t h,
+                      int64_t i, uint8_t got, double value, double err, double scale)
+{
+    const int e5m2 = p->pool_dtype == RP_F8_E5M2;
+    const double g = rp_fp8_bits_to_double(got, e5m2);
+    r->checked++;
+    if (isnan(value) || isnan(g)) {
+        if (!(isnan(value) && isnan(g)))
+            note_failure(r, what, t, h, i, g, value / scale, err / scale);
+        return;
+    }
+    const double lo = rp_fp8_bits_to_double(rp_double_to_fp8_bits((value - err) / scale, e5m2), e5m2);
+    const double hi = rp_fp8_bits_to_double(rp_double_to_fp8_bits((value + err) / scale, e5m2), e5m2);
+    if (!(lo <= g && g <= hi))
+        note_failure(r, what, t, h, i, g, value / scale, err / scale);
+}
+
+/* A float32 kernel's error on the fp8 path, beyond the rotation's: value * float32(1 / scale),
+ * rounded to float32 (a few float32 ulps). None when scale is 1: the product is exact. */
+static double scale_error(double value, double scale)
+{
+    return scale == 1.0 ? 0.0 : 0x1p-21 * fabs(value);
+}
+
 static void check_rotation(const rp_problem *p, rp_verify_result *r, const char *what,
                            const void *src, const int64_t src_stride[3], const void *out,
                            const int64_t out_stride[3], int64_t heads, int64_t t, double c, double s,
-                           int64_t i)
+                           int64_t i, int64_t fp8_slot)
 {
     const int64_t half = p->head_dim / 2;
     for (int64_t h = 0; h < heads; h++) {
         const double x = load(src, p->dtype, at(src_stride, t, h, i));
         const double y = load(src, p->dtype, at(src_stride, t, h, i + half));
-        check_value(r, p->dtype, what, t, h, i, load(out, p->dtype, at(out_stride, t, h, i)),
-                    x * c - y * s, x, y);
+        const double want_x = x * c - y * s, want_y = y * c + x * s;
+        check_value(r, p->dtype, what, t, h, i, load(out, p->dtype, at(out_stride, t, h, i)), want_x, x, y);
         check_value(r, p->dtype, what, t, h, i + half,
-                    load(out, p->dtype, at(out_stride, t, h, i + half)), y * c + x * s, x, y);
+                    load(out, p->dtype, at(out_stride, t, h, i + half)), want_y, x, y);
+        if (fp8_slot < 0)
+            continue;
+        const uint8_t *row = (const uint8_t *)p->k_pool + rp_pool_offset(p, p->k_pool_stride, fp8_slot, h);
+        const double rot_err = 0x1p-21 * (fabs(x) + fabs(y)); /* 8 * 2^-24, as the bound above */
+        check_fp8(p, r, "k_pool (fp8 of the float64 k_rot)", t, h, i, row[i * p->k_pool_stride[3]], want_x,
+                  rot_err + scale_error(want_x, p->k_scale) + 0x1p-21 * fabs(want_x), p->k_scale);
+        check_fp8(p, r, "k_pool (fp8 of the float64 k_rot)", t, h, i + half,
+                  row[(i + half) * p->k_pool_stride[3]], want_y,
+                  rot_err + scale_error(want_y, p->k_scale) + 0x1p-21 * fabs(want_y), p->k_scale);
     }
 }
 
-/* Bit-exact comparison of head rows src[t] and dst[slot]. */
+/* Pool rows from src[t] (n elements per head): bit-exact copies, or for fp8 pools fp8(src / scale)
+ * up to the float32 scaling error. */
 static void check_copy(const rp_problem *p, rp_verify_result *r, const char *what, const void *src,
-                       const int64_t src_stride[3], const void *dst, const int64_t dst_stride[3],
-                       int64_t t, int64_t slot)
+                       const int64_t src_stride[3], const void *pool, const int64_t pool_stride[4],
+                       int64_t t, int64_t slot, int64_t n, double scale)
 {
     const size_t elem = rp_dtype_size(p->dtype);
-    for (int64_t h = 0; h < p->num_kv_heads; h++)
-        for (int64_t i = 0; i < p->head_dim; i++) {
-            const char *a = (const char *)src + at(src_stride, t, h, i) * (int64_t)elem;
-            const char *b = (const char *)dst + at(dst_stride, slot, h, i) * (int64_t)elem;
+    for (int64_t h = 0; h < p->num_kv_heads; h++) {
+        const int64_t row = rp_pool_offset(p, pool_stride, slot, h);
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t from = at(src_stride, t, h, i), to = row + i * pool_stride[3];
+            const double value = load(src, p->dtype, from);
+            if (rp_pool_is_fp8(p)) {
+                check_fp8(p, r, what, t, h, i, ((const uint8_t *)pool)[to], value, scale_error(value, scale),
+                          scale);
+                continue;
+            }
             r->checked++;
-            if (memcmp(a, b, elem) != 0)
-                note_failure(r, what, t, h, i, load(dst, p->dtype, at(dst_stride, slot, h, i)),
-                             load(src, p->dtype, at(src_stride, t, h, i)), 0.0);
+            if (memcmp((const char *)src + from * (int64_t)elem, (const char *)pool + to * (int64_t)elem,
+                       elem) != 0)
+                note_failure(r, what, t, h, i, load(pool, p->dtype, to), value, 0.0);
         }
+    }
 }
 
 void rp_ref_verify(const rp_problem *p, rp_verify_result *r)
@@ -119,18 +166,21 @@ void rp_ref_verify(const rp_problem *p, rp_verify_result *r)
     for (int64_t t = 0; t < p->num_tokens; t++) {
         const int64_t pos = rp_load_index(p->positions, p->pos_dtype, p->pos_stride, t);
         const int64_t slot = rp_load_index(p->slots, p->slot_dtype, p->slot_stride, t);
+        const int64_t fp8_slot = rp_pool_is_fp8(p) ? slot : -1;
         for (int64_t i = 0; i < half; i++) {
             const double angle = (double)pos * p->inv_freq[i];
             const double c = cos(angle), s = sin(angle);
             check_rotation(p, r, "q_rot", p->q, p->q_stride, p->q_rot, p->q_rot_stride,
-                           p->num_qo_heads, t, c, s, i);
+                           p->num_qo_heads, t, c, s, i, -1);
             check_rotation(p, r, "k_rot", p->k, p->k_stride, p->k_rot, p->k_rot_stride,
-                           p->num_kv_heads, t, c, s, i);
+                           p->num_kv_heads, t, c, s, i, fp8_slot);
         }
-        if (slot >= 0) {
-            check_copy(p, r, "k_pool (vs k_rot)", p->k_rot, p->k_rot_stride, p->k_pool,
-                       p->k_pool_stride, t, slot);
-            check_copy(p, r, "v_pool (vs v)", p->v, p->v_stride, p->v_pool, p->v_pool_stride, t, slot);
-        }
+        if (slot < 0)
+            continue;
+        if (!rp_pool_is_fp8(p))
+            check_copy(p, r, "k_pool (vs k_rot)", p->k_rot, p->k_rot_stride, p->k_pool, p->k_pool_stride, t,
+                       slot, p->head_dim, 1.0);
+        check_copy(p, r, "v_pool (vs v)", p->v, p->v_stride, p->v_pool, p->v_pool_stride, t, slot,
+                   p->v_head_dim, p->v_scale);
     }
 }
