@@ -1,6 +1,7 @@
 /*
- * rope_pool_ref.c — the scalar reference kernel: every dtype, every stride, float64 throughout,
- * one rounding at the end. It is the definition the fast kernels are tested against, and the
+ * rope_pool_ref.c — the scalar reference kernel: every dtype, every stride, both pair styles, any
+ * rotary_dim, table and attention scaling; float64 throughout, one rounding at the end. It is the
+ * header's formula written out: the definition the fast kernels are tested against, and the
  * fallback when head_dim is not contiguous. Clarity over speed.
  */
 #include "../dtype.h"
@@ -44,61 +45,82 @@ static void store_pool(const rp_problem *p, void *pool, const int64_t stride[4],
         store(pool, p->dtype, offset, value);
 }
 
-/* Rotates the pair (x[i], x[i+half]) of one head. Reads both inputs before any write, so the
- * in-place call (dst == src) is safe. When write_pool, k_pool's head row at element offset
- * pool_row receives the same float64 values (rounded to the pool's format). */
+/* Rotates the pair (x[a], x[b]) of one head by (c, n) = s * (cos, sin). Reads both inputs before
+ * any write, so the in-place call (dst == src) is safe. When write_pool, k_pool's head row at
+ * element offset pool_row receives the same float64 values (rounded to the pool's format). */
 static void rotate_pair(const rp_problem *p, const void *src, const int64_t src_stride[3],
                         void *dst, const int64_t dst_stride[3], int write_pool, int64_t pool_row,
-                        int64_t t, int64_t h, int64_t i, double c, double s)
+                        int64_t t, int64_t h, int64_t a, int64_t b, double c, double n)
 {
-    const int64_t half = p->head_dim / 2;
-    const double x = load(src, p->dtype, at(src_stride, t, h, i));
-    const double y = load(src, p->dtype, at(src_stride, t, h, i + half));
-    const double out_x = x * c - y * s, out_y = y * c + x * s;
+    const double x = load(src, p->dtype, at(src_stride, t, h, a));
+    const double y = load(src, p->dtype, at(src_stride, t, h, b));
+    const double out_x = x * c - y * n, out_y = y * c + x * n;
     if (dst) {
-        store(dst, p->dtype, at(dst_stride, t, h, i), out_x);
-        store(dst, p->dtype, at(dst_stride, t, h, i + half), out_y);
+        store(dst, p->dtype, at(dst_stride, t, h, a), out_x);
+        store(dst, p->dtype, at(dst_stride, t, h, b), out_y);
     }
     if (write_pool) {
-        store_pool(p, p->k_pool, p->k_pool_stride, pool_row, i, out_x, p->k_scale);
-        store_pool(p, p->k_pool, p->k_pool_stride, pool_row, i + half, out_y, p->k_scale);
+        store_pool(p, p->k_pool, p->k_pool_stride, pool_row, a, out_x, p->k_scale);
+        store_pool(p, p->k_pool, p->k_pool_stride, pool_row, b, out_y, p->k_scale);
     }
 }
 
-/* Head h of token t of src (n elements) into the pool head row at element offset pool_row: a bit
- * copy, or fp8(value / scale) for fp8 pools. */
-static void copy_row(const rp_problem *p, const void *src, const int64_t src_stride[3], int64_t t,
-                     int64_t h, int64_t n, void *pool, const int64_t pool_stride[4], int64_t pool_row,
-                     double scale)
+/* Dims [from, D) of head h: src row t to dst row `row`, bit for bit (memmove: in place, src may
+ * be dst). */
+static void copy_dims(const rp_problem *p, const void *src, const int64_t src_stride[3], int64_t t,
+                      void *dst, const int64_t dst_stride[3], int64_t row, int64_t h, int64_t from)
 {
     const size_t elem = rp_dtype_size(p->dtype);
-    for (int64_t i = 0; i < n; i++) {
-        const int64_t from = at(src_stride, t, h, i);
+    for (int64_t i = from; i < p->head_dim; i++)
+        memmove((char *)dst + at(dst_stride, row, h, i) * (int64_t)elem,
+                (const char *)src + at(src_stride, t, h, i) * (int64_t)elem, elem);
+}
+
+/* Dims [from, n) of head h of token t of src into the pool head row at element offset pool_row:
+ * a bit copy, or fp8(value / scale) for fp8 pools. */
+static void copy_to_pool(const rp_problem *p, const void *src, const int64_t src_stride[3], int64_t t,
+                         int64_t h, int64_t from, int64_t n, void *pool, const int64_t pool_stride[4],
+                         int64_t pool_row, double scale)
+{
+    const size_t elem = rp_dtype_size(p->dtype);
+    for (int64_t i = from; i < n; i++) {
+        const int64_t in = at(src_stride, t, h, i);
         if (rp_pool_is_fp8(p))
-            store_pool(p, pool, pool_stride, pool_row, i, load(src, p->dtype, from), scale);
+            store_pool(p, pool, pool_stride, pool_row, i, load(src, p->dtype, in), scale);
         else
             memcpy((char *)pool + (pool_row + i * pool_stride[3]) * (int64_t)elem,
-                   (const char *)src + from * (int64_t)elem, elem);
+                   (const char *)src + in * (int64_t)elem, elem);
     }
 }
 
 void rp_ref_rope_pool(const rp_problem *p, rp_parts parts, int64_t t_begin, int64_t t_end)
 {
-    const int64_t half = p->head_dim / 2;
+    const int64_t R = p->rotary_dim, half = R / 2;
+    const int gptj = p->style == RP_ROPE_GPTJ;
     for (int64_t t = t_begin; t < t_end; t++) {
         const int64_t pos = rp_load_index(p->positions, p->pos_dtype, p->pos_stride, t);
         const int64_t slot = rp_load_index(p->slots, p->slot_dtype, p->slot_stride, t);
         const int write_pool = slot >= 0 && parts != RP_PARTS_ROTATE;
         if (parts != RP_PARTS_SCATTER) {
-            for (int64_t i = 0; i < half; i++) {
-                const double angle = (double)pos * p->inv_freq[i];
-                const double c = cos(angle), s = sin(angle);
+            for (int64_t j = 0; j < half; j++) {
+                const double angle = (double)pos * p->inv_freq[j];
+                const double c = p->attention_scaling * cos(angle), n = p->attention_scaling * sin(angle);
+                const int64_t a = gptj ? 2 * j : j, b = gptj ? 2 * j + 1 : j + half;
                 for (int64_t h = 0; h < p->num_qo_heads; h++)
-                    rotate_pair(p, p->q, p->q_stride, p->q_rot, p->q_rot_stride, 0, 0, t, h, i, c, s);
+                    rotate_pair(p, p->q, p->q_stride, p->q_rot, p->q_rot_stride, 0, 0, t, h, a, b, c, n);
                 for (int64_t h = 0; h < p->num_kv_heads; h++)
                     rotate_pair(p, p->k, p->k_stride, p->k_rot, p->k_rot_stride, write_pool,
-                                write_pool ? rp_pool_offset(p, p->k_pool_stride, slot, h) : 0, t, h, i,
-                                c, s);
+                                write_pool ? rp_pool_offset(p, p->k_pool_stride, slot, h) : 0, t, h, a, b,
+                                c, n);
+            }
+            for (int64_t h = 0; h < p->num_qo_heads; h++)
+                copy_dims(p, p->q, p->q_stride, t, p->q_rot, p->q_rot_stride, t, h, R);
+            for (int64_t h = 0; h < p->num_kv_heads; h++) {
+                /* The pool first: k_rot may be k itself (in place). */
+                if (write_pool)
+                    copy_to_pool(p, p->k, p->k_stride, t, h, R, p->head_dim, p->k_pool, p->k_pool_stride,
+                                 rp_pool_offset(p, p->k_pool_stride, slot, h), p->k_scale);
+                copy_dims(p, p->k, p->k_stride, t, p->k_rot, p->k_rot_stride, t, h, R);
             }
         }
         if (!write_pool)
@@ -106,10 +128,10 @@ void rp_ref_rope_pool(const rp_problem *p, rp_parts parts, int64_t t_begin, int6
         for (int64_t h = 0; h < p->num_kv_heads; h++) {
             /* The unfused scatter stores k_rot as computed, so an fp8 pool rounds twice there. */
             if (parts == RP_PARTS_SCATTER)
-                copy_row(p, p->k_rot, p->k_rot_stride, t, h, p->head_dim, p->k_pool, p->k_pool_stride,
-                         rp_pool_offset(p, p->k_pool_stride, slot, h), p->k_scale);
-            copy_row(p, p->v, p->v_stride, t, h, p->v_head_dim, p->v_pool, p->v_pool_stride,
-                     rp_pool_offset(p, p->v_pool_stride, slot, h), p->v_scale);
+                copy_to_pool(p, p->k_rot, p->k_rot_stride, t, h, 0, p->head_dim, p->k_pool, p->k_pool_stride,
+                             rp_pool_offset(p, p->k_pool_stride, slot, h), p->k_scale);
+            copy_to_pool(p, p->v, p->v_stride, t, h, 0, p->v_head_dim, p->v_pool, p->v_pool_stride,
+                         rp_pool_offset(p, p->v_pool_stride, slot, h), p->v_scale);
         }
     }
 }
