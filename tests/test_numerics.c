@@ -620,36 +620,64 @@ static uint64_t digest(uint64_t h, const void *data, size_t bytes)
     return h;
 }
 
+/* Makes f's pools uint8 arrays of fp8 codes (format fmt, random garbage) with scales that push
+ * k past the format's range (saturation) and v into its subnormals. */
+static void fixture_use_fp8_pools(fixture *f, rp_dtype fmt)
+{
+    const int64_t n = f->P * f->Hk * f->D;
+    free(f->k_pool);
+    free(f->v_pool);
+    f->k_pool = test_alloc((size_t)n);
+    f->v_pool = test_alloc((size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        ((uint8_t *)f->k_pool)[i] = (uint8_t)(i * 37);
+        ((uint8_t *)f->v_pool)[i] = (uint8_t)(i * 91);
+    }
+    f->args.k_pool = rp_tensor_3d(f->k_pool, RP_U8, f->P, f->Hk, f->D);
+    f->args.v_pool = rp_tensor_3d(f->v_pool, RP_U8, f->P, f->Hk, f->D);
+    f->args.pool_dtype = fmt;
+    f->args.k_scale = fmt == RP_F8_E4M3 ? 0x1p-8 : 0x1p-15;
+    f->args.v_scale = fmt == RP_F8_E4M3 ? 64.0 : 4096.0;
+}
+
 /* The SIMD levels (avx2, avx512, neon) do the same operations in the same order, so they give the
  * same bits on every machine and a model's outputs do not depend on where it runs (each level is
- * checked against float64 above; this is extra). Checked through a digest of every output of a
- * fixed set of calls, recorded on x86-64, where AVX2 and AVX-512 both give it: a machine compares
- * whichever SIMD levels it has with it (the aarch64 build under QEMU in make test-aarch64). Angles
- * stay below 2^31, clear of the libm fallback, which is each platform's own. A change that alters
- * the SIMD numerics on purpose records the new digest, printed here on failure. */
-#define SIMD_OUTPUT_DIGEST 0x959fef37ed9d7c6eull
+ * checked against float64 elsewhere; this is extra). Checked through a digest of every output of
+ * a fixed set of calls, each dtype with its own pools and with fp8 e4m3 / e5m2 pools, recorded on
+ * x86-64, where AVX2 and AVX-512 both give it: a machine compares whichever SIMD levels it has
+ * with it (the aarch64 build under QEMU in make test-aarch64). Angles stay below 2^31, clear of
+ * the libm fallback, which is each platform's own. A change that alters the SIMD numerics on
+ * purpose records the new digest, printed here on failure. */
+#define SIMD_OUTPUT_DIGEST 0xebd99ec9671d92eeull
 
 static void test_simd_levels_give_the_recorded_bits(void)
 {
     static const int64_t dims[] = {2, 34, 128};
+    static const rp_dtype pool_formats[] = {0, RP_F8_E4M3, RP_F8_E5M2}; /* 0: the inputs' dtype */
     int checked = 0;
     for (int l = 2; l < num_levels; l++) {
         if (!levels[l].supported)
             continue;
         uint64_t h = 0xcbf29ce484222325ull;
+        double worst = 0.0;
         for (int d = 0; d < 3; d++)
-            for (int s = 0; s < 3; s++) {
-                fixture f;
-                test_rng r = {11};
-                fixture_init(&f, &r, 29, 3, 2, dims[s], 40, dtypes[d], RP_I64, 1 << 30, 1);
-                run_level(&levels[l], &f, RP_PARTS_ALL);
-                const size_t e = rp_dtype_size(dtypes[d]);
-                h = digest(h, f.q_rot, (size_t)(29 * 3 * dims[s]) * e);
-                h = digest(h, f.k_rot, (size_t)(29 * 2 * dims[s]) * e);
-                h = digest(h, f.k_pool, (size_t)(40 * 2 * dims[s]) * e);
-                h = digest(h, f.v_pool, (size_t)(40 * 2 * dims[s]) * e);
-                fixture_free(&f);
-            }
+            for (int s = 0; s < 3; s++)
+                for (int pf = 0; pf < 3; pf++) {
+                    fixture f;
+                    test_rng r = {11};
+                    fixture_init(&f, &r, 29, 3, 2, dims[s], 40, dtypes[d], RP_I64, 1 << 30, 1);
+                    if (pool_formats[pf])
+                        fixture_use_fp8_pools(&f, pool_formats[pf]);
+                    run_level(&levels[l], &f, RP_PARTS_ALL);
+                    const size_t e = rp_dtype_size(dtypes[d]), pe = pool_formats[pf] ? 1 : e;
+                    h = digest(h, f.q_rot, (size_t)(29 * 3 * dims[s]) * e);
+                    h = digest(h, f.k_rot, (size_t)(29 * 2 * dims[s]) * e);
+                    h = digest(h, f.k_pool, (size_t)(40 * 2 * dims[s]) * pe);
+                    h = digest(h, f.v_pool, (size_t)(40 * 2 * dims[s]) * pe);
+                    if (pool_formats[pf]) /* the fp8 paths are checked against float64 here too */
+                        verify_fixture(&f, levels[l].name, &worst);
+                    fixture_free(&f);
+                }
         CHECK(h == SIMD_OUTPUT_DIGEST, "%s: outputs' digest 0x%016llx, recorded 0x%016llx", levels[l].name,
               (unsigned long long)h, (unsigned long long)SIMD_OUTPUT_DIGEST);
         checked++;

@@ -11,7 +11,8 @@
  * Conversions: f16 through fcvtl / fcvtn (vcvt_f32_f16, vcvt_f16_f32: round to nearest-even,
  * subnormals and NaN kept, FPCR as Linux and macOS leave it). bf16 widens by a 16-bit shift and
  * narrows with integer round-to-nearest-even: rp_float_to_bf16_bits (dtype.h) lane for lane,
- * exact on subnormals, NaN kept quiet. The BF16 extension's BFCVTN is not used: it is optional,
+ * exact on subnormals, NaN kept quiet. fp8 pools (e4m3fn, e5m2; Advanced SIMD has no conversion)
+ * take the x86 kernels' integer rounding on 4 lanes, so their codes are the same too. The BF16 extension's BFCVTN is not used: it is optional,
  * and what it does with subnormals depends on FPCR and FEAT_EBF16; the integer rounding costs a
  * few instructions per 4 lanes against the loads and stores of a memory-bound kernel.
  *
@@ -132,6 +133,36 @@ static RP_ALWAYS_INLINE void store8(rp_dtype dt, char *p, half8 v)
     }
 }
 
+/* dtype.h's rp_double_to_fp8_bits on 4 float32 lanes, as fp8_convert16 in the AVX-512 file:
+ * normal results round to nearest-even in integer arithmetic on the float32 bits; results below
+ * the smallest normal come from adding a magic number whose ulp is the fp8 subnormal quantum (the
+ * FPU rounds to nearest-even); then saturation, NaN and the sign. Codes in the low byte of a lane. */
+static RP_ALWAYS_INLINE uint32x4_t fp8_convert4(rp_dtype fmt, float32x4_t v)
+{
+    const int e5m2 = fmt == RP_F8_E5M2, mant = e5m2 ? 2 : 3, shift = 23 - mant, bias = e5m2 ? 15 : 7;
+    const uint32x4_t u = vreinterpretq_u32_f32(v), a = vandq_u32(u, vdupq_n_u32(0x7fffffff));
+    const int32x4_t down = vdupq_n_s32(-shift); /* vshlq by a negative count shifts right */
+    const uint32x4_t lsb = vandq_u32(vshlq_u32(a, down), vdupq_n_u32(1));
+    const uint32x4_t rounded = vaddq_u32(vaddq_u32(a, vdupq_n_u32((1u << (shift - 1)) - 1)), lsb);
+    uint32x4_t code = vsubq_u32(vshlq_u32(rounded, down), vdupq_n_u32((uint32_t)(127 - bias) << mant));
+    const float32x4_t magic = vdupq_n_f32(e5m2 ? 0x1p7f : 0x1p14f); /* 2^23 * the subnormal quantum */
+    const uint32x4_t sub = vsubq_u32(vreinterpretq_u32_f32(vaddq_f32(vreinterpretq_f32_u32(a), magic)),
+                                     vreinterpretq_u32_f32(magic));
+    const uint32_t min_normal = (uint32_t)(127 + 1 - bias) << 23, max_bits = e5m2 ? 0x47600000 : 0x43e00000;
+    code = vbslq_u32(vcltq_u32(a, vdupq_n_u32(min_normal)), sub, code);
+    code = vbslq_u32(vcgeq_u32(a, vdupq_n_u32(max_bits)), vdupq_n_u32(e5m2 ? 0x7b : 0x7e), code);
+    code = vbslq_u32(vcgtq_u32(a, vdupq_n_u32(0x7f800000)), vdupq_n_u32(e5m2 ? 0x7e : 0x7f), code);
+    return vorrq_u32(code, vshrq_n_u32(vbicq_u32(u, a), 24)); /* sign to bit 7 */
+}
+
+/* 8 values times inv_scale as fp8 codes at p (8 bytes). */
+static RP_ALWAYS_INLINE void store8_fp8(rp_dtype fmt, char *p, half8 v, float32x4_t inv_scale)
+{
+    const uint16x4_t lo = vmovn_u32(fp8_convert4(fmt, vmulq_f32(v.lo, inv_scale)));
+    const uint16x4_t hi = vmovn_u32(fp8_convert4(fmt, vmulq_f32(v.hi, inv_scale)));
+    vst1_u8((uint8_t *)p, vmovn_u16(vcombine_u16(lo, hi)));
+}
+
 /* x' = fma(x, c, -(y * s)) and y' = fma(y, c, x * s), as the x86 kernels round them (negation is
  * exact, so x * c - y * s with one rounding of the fma is the same value). */
 static RP_ALWAYS_INLINE void rotate4(float32x4_t x, float32x4_t y, const float *cs, const float *sn,
@@ -142,9 +173,10 @@ static RP_ALWAYS_INLINE void rotate4(float32x4_t x, float32x4_t y, const float *
     *out_y = vfmaq_f32(vmulq_f32(x, s), y, c);
 }
 
-/* 8 pairs: x from xs, y from ys; results to xd/yd and, unless xp is NULL, xp/yp. */
-static RP_ALWAYS_INLINE void rotate8(rp_dtype dt, const char *xs, const char *ys, char *xd, char *yd,
-                                     char *xp, char *yp, const float *cs, const float *sn)
+/* 8 pairs: x from xs, y from ys; results to xd/yd and, unless xp is NULL, xp/yp (format pool_dt). */
+static RP_ALWAYS_INLINE void rotate8(rp_dtype dt, rp_dtype pool_dt, const char *xs, const char *ys, char *xd,
+                                     char *yd, char *xp, char *yp, const float *cs, const float *sn,
+                                     float32x4_t inv_scale)
 {
     const half8 x = load8(dt, xs), y = load8(dt, ys);
     half8 out_x, out_y;
@@ -152,39 +184,47 @@ static RP_ALWAYS_INLINE void rotate8(rp_dtype dt, const char *xs, const char *ys
     rotate4(x.hi, y.hi, cs + 4, sn + 4, &out_x.hi, &out_y.hi);
     store8(dt, xd, out_x);
     store8(dt, yd, out_y);
-    if (xp) {
+    if (xp && pool_dt == dt) {
         store8(dt, xp, out_x);
         store8(dt, yp, out_y);
+    } else if (xp) {
+        store8_fp8(pool_dt, xp, out_x, inv_scale);
+        store8_fp8(pool_dt, yp, out_y, inv_scale);
     }
 }
 
-static RP_ALWAYS_INLINE void simd_rotate(rp_dtype dt, int stream_dst, int stream_pool,
+static RP_ALWAYS_INLINE void simd_rotate(rp_dtype dt, rp_dtype pool_dt, int stream_dst, int stream_pool,
                                          const char *src, char *dst, char *pool, int64_t half,
-                                         int64_t n, const float *cs, const float *sn)
+                                         int64_t n, const float *cs, const float *sn, float inv_scale)
 {
-    const int64_t elem = dt == RP_F32 ? 4 : 2, hb = half * elem;
+    const int64_t elem = dt == RP_F32 ? 4 : 2, hb = half * elem, pool_elem = pool_dt == dt ? elem : 1;
+    const float32x4_t scale = vdupq_n_f32(inv_scale);
     int64_t j = 0;
     for (; j + 8 <= n; j += 8) {
-        const int64_t at = j * elem;
-        rotate8(dt, src + at, src + at + hb, dst + at, dst + at + hb, pool ? pool + at : NULL,
-                pool ? pool + at + hb : NULL, cs + j, sn + j);
+        const int64_t at = j * elem, pool_at = j * pool_elem;
+        rotate8(dt, pool_dt, src + at, src + at + hb, dst + at, dst + at + hb, pool ? pool + pool_at : NULL,
+                pool ? pool + pool_at + half * pool_elem : NULL, cs + j, sn + j, scale);
     }
     if (j == n)
         return;
     /* The last n - j < 8 pairs: one step on zero-padded copies. */
     const size_t at = (size_t)(j * elem), bytes = (size_t)((n - j) * elem);
-    char in[2][32] = {{0}}, out[2][32];
+    char in[2][32] = {{0}}, out[2][32], codes[2][8];
     float c[8] = {0}, s[8] = {0};
     memcpy(in[0], src + at, bytes);
     memcpy(in[1], src + at + hb, bytes);
     memcpy(c, cs + j, (size_t)(n - j) * sizeof(float));
     memcpy(s, sn + j, (size_t)(n - j) * sizeof(float));
-    rotate8(dt, in[0], in[1], out[0], out[1], NULL, NULL, c, s);
+    const int fp8 = pool && pool_dt != dt;
+    rotate8(dt, pool_dt, in[0], in[1], out[0], out[1], fp8 ? codes[0] : NULL, codes[1], c, s, scale);
     memcpy(dst + at, out[0], bytes);
     memcpy(dst + at + hb, out[1], bytes);
-    if (pool) {
+    if (pool && pool_dt == dt) {
         memcpy(pool + at, out[0], bytes);
         memcpy(pool + at + hb, out[1], bytes);
+    } else if (fp8) {
+        memcpy(pool + j, codes[0], (size_t)(n - j));
+        memcpy(pool + j + half, codes[1], (size_t)(n - j));
     }
 }
 
@@ -195,6 +235,22 @@ static RP_ALWAYS_INLINE void simd_rotate(rp_dtype dt, int stream_dst, int stream
 static RP_ALWAYS_INLINE void simd_copy(int stream, char *dst, const char *src, int64_t bytes)
 {
     memcpy(dst, src, (size_t)bytes);
+}
+
+static RP_ALWAYS_INLINE void simd_to_fp8(rp_dtype dt, rp_dtype pool_dt, uint8_t *dst, const char *src,
+                                         int64_t n, float inv_scale)
+{
+    const int64_t elem = dt == RP_F32 ? 4 : 2;
+    const float32x4_t scale = vdupq_n_f32(inv_scale);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        store8_fp8(pool_dt, (char *)dst + j, load8(dt, src + j * elem), scale);
+    if (j < n) { /* the last n - j < 8 elements through a zero-padded copy */
+        char in[32] = {0}, codes[8];
+        memcpy(in, src + j * elem, (size_t)((n - j) * elem));
+        store8_fp8(pool_dt, codes, load8(dt, in), scale);
+        memcpy(dst + j, codes, (size_t)(n - j));
+    }
 }
 
 static inline void simd_stream_fence(void)

@@ -2,7 +2,7 @@
  * rope_pool_simd.h — the part of the AVX2, AVX-512 and NEON kernels that does not depend on the
  * ISA: the walk over tokens, frequency chunks and heads, the libm fallback for huge angles, the
  * pool copies, and the choice of streaming stores. An ISA file includes this header, defines the
- * four primitives declared below (the only code that differs between ISAs), and fills its table
+ * primitives declared below (the only code that differs between ISAs), and fills its table
  * with simd_fill_table(). An ISA without streaming stores worth using defines
  * SIMD_STREAMING_STORES to 0 first: every call then takes one pass with ordinary stores.
  *
