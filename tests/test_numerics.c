@@ -102,12 +102,6 @@ static void test_every_level_within_bound_at_extreme_positions(void)
     }
 }
 
-/* Until the fast kernels serve the variants (the next commit), only the reference runs them. */
-static int level_runs_variants(int l)
-{
-    return l == 0;
-}
-
 /* Both styles, R in {2, D - 2, D/2, D}, each table kind and attention scaling, on head dims that
  * are and are not vector multiples (80, 96), at extreme positions: within the bound, pass-through
  * dims exact; the reference exactly the float64 formula rounded once. */
@@ -115,7 +109,7 @@ static void test_every_level_serves_every_variant(void)
 {
     static const int64_t dims[][3] = {{3, 1, 80}, {2, 2, 96}, {4, 2, 128}, {2, 1, 256}, {1, 1, 64}};
     for (int l = 0; l < num_levels; l++) {
-        if (!levels[l].supported || !level_runs_variants(l))
+        if (!levels[l].supported)
             continue;
         double worst = 0.0;
         for (int d = 0; d < 3; d++)
@@ -143,7 +137,7 @@ static void test_zero_frequencies_leave_pairs_unrotated(void)
 {
     static const rope_variant zero[2] = {{RP_ROPE_GPTJ, -2, TABLE_ZERO, 1.0}, {RP_ROPE_NEOX, 0, TABLE_ZERO, 2.0}};
     for (int l = 0; l < num_levels; l++) {
-        if (!levels[l].supported || !level_runs_variants(l))
+        if (!levels[l].supported)
             continue;
         for (int d = 0; d < 3; d++)
             for (int z = 0; z < 2; z++) {
@@ -184,7 +178,7 @@ static void test_int64_positions_beyond_int32(void)
         if (!levels[l].supported)
             continue;
         double worst = 0.0;
-        for (int v = 0; v < (level_runs_variants(l) ? 4 : 1); v++) {
+        for (int v = 0; v < 4; v++) {
             fixture f;
             fixture_init(&f, &rng, 6, 2, 1, 64, 8, RP_F32, RP_I64, 10, 0);
             fixture_set_variant(&f, &rng, &test_variants[variants[v]]);
@@ -252,7 +246,7 @@ static void test_split_parts_equal_fused(void)
     for (int l = 1; l < num_levels; l++) {
         if (!levels[l].supported)
             continue;
-        for (int d = 0; d < 3 * (level_runs_variants(l) ? NUM_TEST_VARIANTS : 1); d++) {
+        for (int d = 0; d < 3 * NUM_TEST_VARIANTS; d++) {
             fixture f, g;
             test_rng r1 = {99}, r2 = {99};
             fixture_init(&f, &r1, 9, 4, 2, 64, 32, dtypes[d % 3], RP_I32, 50000, 1);
@@ -479,7 +473,7 @@ static void test_variants_on_strided_rows_in_place_and_parts(void)
     static const layout layouts[] = {{0, 0, 0, 0}, {1, 3, 1, 0}, {0, 0, 0, 1}, {3, 1, 1, 1}};
     static const rp_parts parts[] = {RP_PARTS_ALL, RP_PARTS_ROTATE, RP_PARTS_SCATTER};
     for (int l = 0; l < num_levels; l++) {
-        if (!levels[l].supported || !level_runs_variants(l))
+        if (!levels[l].supported)
             continue;
         for (int d = 0; d < 3; d++)
             for (size_t s = 0; s < sizeof dims / sizeof dims[0]; s++)
@@ -559,56 +553,68 @@ static void test_fast_kernels_round_subnormals_and_specials(void)
 
 /* Calls large enough for streaming stores (RP_STREAM_MIN_BYTES), with rows on cache lines so
  * that they stream, and shifted so that they cannot: within the bound, pools exact, nothing else
- * written, and bit-identical to the same tokens run as small calls with ordinary stores. */
+ * written, and bit-identical to the same tokens run as small calls with ordinary stores. The
+ * variants cover the direct streaming path (segments of whole lines: NeoX 128, GPT-J 64 of 128)
+ * and the staged one (NeoX 24 of 96, GPT-J 40 of 80). */
 static void test_fast_kernels_large_calls_stream_the_same_bits(void)
 {
-    const int64_t Hq = 8, Hk = 4, D = 128;
+    static const struct {
+        int64_t D;
+        rope_variant v;
+    } cases[] = {{128, {RP_ROPE_NEOX, 0, TABLE_DEFAULT, 0.0}}, {128, {RP_ROPE_GPTJ, 64, TABLE_F64, 1.2}},
+                 {96, {RP_ROPE_NEOX, 24, TABLE_F32, 0.0}},     {80, {RP_ROPE_GPTJ, 40, TABLE_DEFAULT, 0.0}}};
+    const int64_t Hq = 8, Hk = 4;
     for (int l = 2; l < num_levels; l++) {
         if (!levels[l].supported)
             continue;
-        for (int d = 0; d < 3; d += 2) {
-            const rp_dtype dt = dtypes[d];
-            const size_t e = rp_dtype_size(dt);
-            const int64_t T = RP_STREAM_MIN_BYTES / ((2 * Hq + 5 * Hk) * D * (int64_t)e) + 7, P = T + 5;
-            for (int shift = 0; shift < 2; shift++) {
-                if (test_quick() && shift != d / 2)
-                    continue; /* quick runs: f32 on cache lines (streaming), bf16 shifted (not) */
-                fixture f, g;
-                test_rng r1 = {77}, r2 = {77};
-                fixture_init(&f, &r1, T, Hq, Hk, D, P, dt, RP_I32, 1 << 20, 1);
-                fixture_init(&g, &r2, T, Hq, Hk, D, P, dt, RP_I32, 1 << 20, 1);
-                char what[96];
-                snprintf(what, sizeof what, "%s %s T=%lld %s", levels[l].name, rp_dtype_name(dt),
-                         (long long)T, shift ? "shifted" : "on cache lines");
-                const layout L = {0, 0, shift, 0};
-                check_padded_call(&levels[l], &f, L, RP_PARTS_ALL, what);
-                for (int64_t t0 = 0; t0 < T; t0 += 16) { /* each piece far below the threshold */
-                    const int64_t n = T - t0 < 16 ? T - t0 : 16;
-                    fixture piece = g;
-                    rp_rope_pool_args *a = &piece.args;
-                    piece.T = n;
-                    a->q = rp_tensor_3d((char *)g.q + (size_t)(t0 * Hq * D) * e, dt, n, Hq, D);
-                    a->k = rp_tensor_3d((char *)g.k + (size_t)(t0 * Hk * D) * e, dt, n, Hk, D);
-                    a->v = rp_tensor_3d((char *)g.v + (size_t)(t0 * Hk * D) * e, dt, n, Hk, D);
-                    a->q_rot = rp_tensor_3d((char *)g.q_rot + (size_t)(t0 * Hq * D) * e, dt, n, Hq, D);
-                    a->k_rot = rp_tensor_3d((char *)g.k_rot + (size_t)(t0 * Hk * D) * e, dt, n, Hk, D);
-                    a->positions = rp_tensor_1d((int32_t *)g.positions + t0, RP_I32, n);
-                    a->slots = rp_tensor_1d((int32_t *)g.slots + t0, RP_I32, n);
-                    run_level(&levels[l], &piece, RP_PARTS_ALL);
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+            for (int d = 0; d < 3; d += 2) {
+                const rp_dtype dt = dtypes[d];
+                const size_t e = rp_dtype_size(dt);
+                const int64_t D = cases[c].D;
+                const int64_t T = RP_STREAM_MIN_BYTES / ((2 * Hq + 5 * Hk) * D * (int64_t)e) + 7, P = T + 5;
+                for (int shift = 0; shift < 2; shift++) {
+                    if (test_quick() && shift != (int)(c + d / 2) % 2)
+                        continue; /* quick runs (emulated): one layout per case and dtype, alternating */
+                    fixture f, g;
+                    test_rng r1 = {77}, r2 = {77};
+                    fixture_init(&f, &r1, T, Hq, Hk, D, P, dt, RP_I32, 1 << 20, 1);
+                    fixture_init(&g, &r2, T, Hq, Hk, D, P, dt, RP_I32, 1 << 20, 1);
+                    fixture_set_variant(&f, &r1, &cases[c].v);
+                    fixture_set_variant(&g, &r2, &cases[c].v);
+                    char what[160], name[64];
+                    snprintf(what, sizeof what, "%s %s %s T=%lld %s", levels[l].name, rp_dtype_name(dt),
+                             variant_name(&cases[c].v, D, name, sizeof name), (long long)T,
+                             shift ? "shifted" : "on cache lines");
+                    const layout L = {0, 0, shift, 0};
+                    check_padded_call(&levels[l], &f, L, RP_PARTS_ALL, what);
+                    for (int64_t t0 = 0; t0 < T; t0 += 16) { /* each piece far below the threshold */
+                        const int64_t n = T - t0 < 16 ? T - t0 : 16;
+                        fixture piece = g;
+                        rp_rope_pool_args *a = &piece.args;
+                        piece.T = n;
+                        a->q = rp_tensor_3d((char *)g.q + (size_t)(t0 * Hq * D) * e, dt, n, Hq, D);
+                        a->k = rp_tensor_3d((char *)g.k + (size_t)(t0 * Hk * D) * e, dt, n, Hk, D);
+                        a->v = rp_tensor_3d((char *)g.v + (size_t)(t0 * Hk * D) * e, dt, n, Hk, D);
+                        a->q_rot = rp_tensor_3d((char *)g.q_rot + (size_t)(t0 * Hq * D) * e, dt, n, Hq, D);
+                        a->k_rot = rp_tensor_3d((char *)g.k_rot + (size_t)(t0 * Hk * D) * e, dt, n, Hk, D);
+                        a->positions = rp_tensor_1d((int32_t *)g.positions + t0, RP_I32, n);
+                        a->slots = rp_tensor_1d((int32_t *)g.slots + t0, RP_I32, n);
+                        run_level(&levels[l], &piece, RP_PARTS_ALL);
+                    }
+                    CHECK(memcmp(f.q_rot, g.q_rot, (size_t)(T * Hq * D) * e) == 0 &&
+                              memcmp(f.k_rot, g.k_rot, (size_t)(T * Hk * D) * e) == 0 &&
+                              memcmp(f.k_pool, g.k_pool, (size_t)(P * Hk * D) * e) == 0 &&
+                              memcmp(f.v_pool, g.v_pool, (size_t)(P * Hk * D) * e) == 0,
+                          "%s: one large call differs from small calls", what);
+                    /* The unfused parts stream too: ROTATE leaves the pools alone, SCATTER after
+                     * it copies k_rot. */
+                    for (int part = RP_PARTS_ROTATE; shift == 0 && d == 0 && part <= RP_PARTS_SCATTER; part++)
+                        check_padded_call(&levels[l], &f, L, (rp_parts)part, what);
+                    fixture_free(&f);
+                    fixture_free(&g);
                 }
-                CHECK(memcmp(f.q_rot, g.q_rot, (size_t)(T * Hq * D) * e) == 0 &&
-                          memcmp(f.k_rot, g.k_rot, (size_t)(T * Hk * D) * e) == 0 &&
-                          memcmp(f.k_pool, g.k_pool, (size_t)(P * Hk * D) * e) == 0 &&
-                          memcmp(f.v_pool, g.v_pool, (size_t)(P * Hk * D) * e) == 0,
-                      "%s: one large call differs from small calls", what);
-                /* The unfused parts stream too: ROTATE leaves the pools alone, SCATTER after it
-                 * copies k_rot. */
-                for (int part = RP_PARTS_ROTATE; shift == 0 && d == 0 && part <= RP_PARTS_SCATTER; part++)
-                    check_padded_call(&levels[l], &f, L, (rp_parts)part, what);
-                fixture_free(&f);
-                fixture_free(&g);
             }
-        }
     }
 }
 
@@ -640,19 +646,36 @@ static void fixture_use_fp8_pools(fixture *f, rp_dtype fmt)
     f->args.v_scale = fmt == RP_F8_E4M3 ? 64.0 : 4096.0;
 }
 
+/* Gives f's call a caller table that every platform computes alike (exactly rounded arithmetic):
+ * rope_base's table and the tests' random ones come from libm's pow, whose last bit differs
+ * between platforms now and then. Entries that are zero stay zero. */
+static void fixture_use_portable_table(fixture *f)
+{
+    const int64_t half = (f->args.rotary_dim ? f->args.rotary_dim : f->D) / 2;
+    if (!f->inv_freq) {
+        f->inv_freq = test_alloc((size_t)half * sizeof *f->inv_freq);
+        for (int64_t j = 0; j < half; j++)
+            f->inv_freq[j] = 1.0;
+    }
+    for (int64_t j = 0; j < half; j++)
+        f->inv_freq[j] = f->inv_freq[j] == 0.0 ? 0.0 : 1.0 / (1.0 + 0.75 * (double)(j * j));
+    f->args.inv_freq = f->inv_freq;
+}
+
 /* The SIMD levels (avx2, avx512, neon) do the same operations in the same order, so they give the
  * same bits on every machine and a model's outputs do not depend on where it runs (each level is
  * checked against float64 elsewhere; this is extra). Checked through a digest of every output of
- * a fixed set of calls, each dtype with its own pools and with fp8 e4m3 / e5m2 pools, recorded on
- * x86-64, where AVX2 and AVX-512 both give it: a machine compares whichever SIMD levels it has
- * with it (the aarch64 build under QEMU in make test-aarch64). Angles stay below 2^31, clear of
- * the libm fallback, which is each platform's own. A change that alters the SIMD numerics on
- * purpose records the new digest, printed here on failure. */
-#define SIMD_OUTPUT_DIGEST 0xebd99ec9671d92eeull
+ * a fixed set of calls (every dtype and test variant, whole-vector and tail head sizes, the
+ * inputs' dtype and fp8 e4m3 / e5m2 pools), recorded on x86-64, where AVX2 and AVX-512 both give
+ * it: a machine compares whichever SIMD levels it has with it (the aarch64 build under QEMU in
+ * make test-aarch64). Tables and angles keep clear of libm, which is each platform's own: the
+ * frequencies are exactly rounded ones, and angles stay below 2^31 (no fallback). A change that alters the SIMD numerics on purpose records the new digest, printed here on
+ * failure. */
+#define SIMD_OUTPUT_DIGEST 0x8c9e6133419eee0cull
 
 static void test_simd_levels_give_the_recorded_bits(void)
 {
-    static const int64_t dims[] = {2, 34, 128};
+    static const int64_t dims[] = {2, 34, 128, 96, 80};
     static const rp_dtype pool_formats[] = {0, RP_F8_E4M3, RP_F8_E5M2}; /* 0: the inputs' dtype */
     int checked = 0;
     for (int l = 2; l < num_levels; l++) {
@@ -660,16 +683,18 @@ static void test_simd_levels_give_the_recorded_bits(void)
             continue;
         uint64_t h = 0xcbf29ce484222325ull;
         double worst = 0.0;
-        for (int d = 0; d < 3; d++)
-            for (int s = 0; s < 3; s++)
+        for (int d = 0; d < 3 * NUM_TEST_VARIANTS; d++)
+            for (int s = 0; s < 5; s++)
                 for (int pf = 0; pf < 3; pf++) {
                     fixture f;
                     test_rng r = {11};
-                    fixture_init(&f, &r, 29, 3, 2, dims[s], 40, dtypes[d], RP_I64, 1 << 30, 1);
+                    fixture_init(&f, &r, 29, 3, 2, dims[s], 40, dtypes[d % 3], RP_I64, 1 << 30, 1);
+                    fixture_set_variant(&f, &r, &test_variants[d / 3]);
+                    fixture_use_portable_table(&f);
                     if (pool_formats[pf])
                         fixture_use_fp8_pools(&f, pool_formats[pf]);
                     run_level(&levels[l], &f, RP_PARTS_ALL);
-                    const size_t e = rp_dtype_size(dtypes[d]), pe = pool_formats[pf] ? 1 : e;
+                    const size_t e = rp_dtype_size(dtypes[d % 3]), pe = pool_formats[pf] ? 1 : e;
                     h = digest(h, f.q_rot, (size_t)(29 * 3 * dims[s]) * e);
                     h = digest(h, f.k_rot, (size_t)(29 * 2 * dims[s]) * e);
                     h = digest(h, f.k_pool, (size_t)(40 * 2 * dims[s]) * pe);

@@ -59,9 +59,10 @@ static RP_ALWAYS_INLINE void sincos2(float64x2_t a, float64x2_t *sin_out, float6
 
 /* 4 frequencies per step (two vectors, so that each step stores 4 float32 to cs and sn); a short
  * last step reads zeros past n, whose angles are 0 and whose outputs land in SIMD_PAD. */
-static int simd_sincos(const double *inv_freq, int64_t n, double pos, float *cs, float *sn)
+static int simd_sincos(const double *inv_freq, int64_t n, double pos, double scale, float *cs, float *sn)
 {
     const float64x2_t position = vdupq_n_f64(pos), limit = vdupq_n_f64(RP_SINCOS_FAST_LIMIT);
+    const float64x2_t s_scale = vdupq_n_f64(scale);
     uint64x2_t fast = vdupq_n_u64(~0ull);
     for (int64_t i = 0; i < n; i += 4) {
         double tail[4] = {0, 0, 0, 0};
@@ -77,8 +78,8 @@ static int simd_sincos(const double *inv_freq, int64_t n, double pos, float *cs,
         float64x2_t s0, c0, s1, c1;
         sincos2(a0, &s0, &c0);
         sincos2(a1, &s1, &c1);
-        vst1q_f32(cs + i, vcvt_high_f32_f64(vcvt_f32_f64(c0), c1));
-        vst1q_f32(sn + i, vcvt_high_f32_f64(vcvt_f32_f64(s0), s1));
+        vst1q_f32(cs + i, vcvt_high_f32_f64(vcvt_f32_f64(vmulq_f64(s_scale, c0)), vmulq_f64(s_scale, c1)));
+        vst1q_f32(sn + i, vcvt_high_f32_f64(vcvt_f32_f64(vmulq_f64(s_scale, s0)), vmulq_f64(s_scale, s1)));
     }
     return vminvq_u32(vreinterpretq_u32_u64(fast)) == 0;
 }
@@ -226,6 +227,52 @@ static RP_ALWAYS_INLINE void simd_rotate(rp_dtype dt, rp_dtype pool_dt, int stre
         memcpy(pool + j, codes[0], (size_t)(n - j));
         memcpy(pool + j + half, codes[1], (size_t)(n - j));
     }
+}
+
+/* GPT-J: 8 elements (4 neighbouring pairs) from xs to xd and, unless xp is NULL, xp:
+ * out = fma(x, cd, swap_pairs(x) * sd) as in the x86 kernels; rev64 swaps the two floats of each
+ * pair. */
+static RP_ALWAYS_INLINE void rotate_pairs8(rp_dtype dt, rp_dtype pool_dt, const char *xs, char *xd, char *xp,
+                                           const float *cd, const float *sd, float32x4_t inv_scale)
+{
+    const half8 x = load8(dt, xs);
+    half8 out;
+    out.lo = vfmaq_f32(vmulq_f32(vrev64q_f32(x.lo), vld1q_f32(sd)), x.lo, vld1q_f32(cd));
+    out.hi = vfmaq_f32(vmulq_f32(vrev64q_f32(x.hi), vld1q_f32(sd + 4)), x.hi, vld1q_f32(cd + 4));
+    store8(dt, xd, out);
+    if (xp && pool_dt == dt)
+        store8(dt, xp, out);
+    else if (xp)
+        store8_fp8(pool_dt, xp, out, inv_scale);
+}
+
+static RP_ALWAYS_INLINE void simd_rotate_interleaved(rp_dtype dt, rp_dtype pool_dt, int stream_dst,
+                                                     int stream_pool, const char *src, char *dst, char *pool,
+                                                     int64_t n, const float *cd, const float *sd,
+                                                     float inv_scale)
+{
+    const int64_t elem = dt == RP_F32 ? 4 : 2, pool_elem = pool_dt == dt ? elem : 1;
+    const float32x4_t scale = vdupq_n_f32(inv_scale);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        rotate_pairs8(dt, pool_dt, src + i * elem, dst + i * elem, pool ? pool + i * pool_elem : NULL, cd + i,
+                      sd + i, scale);
+    if (i == n)
+        return;
+    /* The last n - i < 8 elements (whole pairs): one step on zero-padded copies. */
+    const size_t at = (size_t)(i * elem), bytes = (size_t)((n - i) * elem);
+    char in[32] = {0}, out[32], codes[8];
+    float c[8] = {0}, s[8] = {0};
+    memcpy(in, src + at, bytes);
+    memcpy(c, cd + i, (size_t)(n - i) * sizeof(float));
+    memcpy(s, sd + i, (size_t)(n - i) * sizeof(float));
+    const int fp8 = pool && pool_dt != dt;
+    rotate_pairs8(dt, pool_dt, in, out, fp8 ? codes : NULL, c, s, scale);
+    memcpy(dst + at, out, bytes);
+    if (fp8)
+        memcpy(pool + i, codes, (size_t)(n - i));
+    else if (pool)
+        memcpy(pool + at, out, bytes);
 }
 
 /* ---- copies --------------------------------------------------------------------------------------- */
