@@ -209,7 +209,8 @@ int bench_cpu_runs(const bench_options *o, rp_dtype dtype, double roofline, cons
     cpu_bench c;
     memset(&c, 0, sizeof c);
     c.L = (bench_layout){o->shape.hq, o->shape.hk, o->shape.d, o->pool_size, o->shape.rope_base,
-                         dtype, o->index_dtype};
+                         dtype, o->index_dtype, 0, 0, NULL, 0.0};
+    bench_layout_set_variant(&c.L, o);
     const int64_t arena = bench_arena_tokens(o, &c.L, m->llc_bytes);
     bench_inputs in;
     bench_progress("cpu %s: drawing inputs for %lld tokens", rp_dtype_name(dtype), (long long)arena);
