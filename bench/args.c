@@ -44,6 +44,9 @@ static const char usage[] =
     "  --seed N            seed of the random inputs (default 1)\n"
     "  --seconds S         timing budget per T and variant (default 0.25)\n"
     "  --no-unfused        skip the unfused baseline\n"
+    "  --baseline seed     cpu: the second series is the seed's call (NeoX, whole head, rope_base's\n"
+    "                      table, s = 1) on the same buffers instead of the unfused one, its samples\n"
+    "                      interleaved with the variant's: the variant's cost side by side\n"
     "  --hugepages         back host buffers (the KV pools too) with transparent huge pages\n"
     "  --no-verify         skip the verification against the reference\n"
     "  --json FILE         write every figure, the machine and the build as JSON\n"
@@ -262,7 +265,7 @@ int bench_parse_args(int argc, char **argv, bench_options *o)
                                              "--dtype", "--backend", "--threads", "--pool",
                                              "--max-pos", "--index", "--sets", "--seed",
                                              "--seconds", "--json", "--svg", "--style",
-                                             "--rotary-dim", "--rope-scaling"};
+                                             "--rotary-dim", "--rope-scaling", "--baseline"};
         int known = 0;
         for (size_t j = 0; j < sizeof valued / sizeof valued[0]; j++)
             known |= strcmp(opt, valued[j]) == 0;
@@ -304,6 +307,10 @@ int bench_parse_args(int argc, char **argv, bench_options *o)
         } else if (!strcmp(opt, "--rotary-dim")) {
             if (!parse_int(arg, 0, 1024, &rotary_dim) || rotary_dim % 2)
                 return fail("--rotary-dim: '%s' is not an even dim count from 0 to 1024", arg);
+        } else if (!strcmp(opt, "--baseline")) {
+            if (strcmp(arg, "seed") && strcmp(arg, "unfused"))
+                return fail("--baseline: unknown baseline '%s' (known: unfused, seed)", arg);
+            o->baseline_seed = strcmp(arg, "seed") == 0;
         } else if (!strcmp(opt, "--rope-scaling")) {
             if (strcmp(arg, "none"))
                 return fail("--rope-scaling: '%s' is not 'none' (the presets carry their own scaling)", arg);
@@ -414,6 +421,10 @@ int bench_options_for(const bench_options *o, int backend, bench_options *out)
     if (!out->sets)
         out->sets = cpu ? 1 : BENCH_SETS_COLD;
     const char *name = cpu ? "cpu" : "cuda";
+    if (!cpu && out->baseline_seed && out->unfused) {
+        fprintf(stderr, "ropepool-bench: cuda: --baseline seed is implemented for the cpu backend only\n");
+        return -1;
+    }
     const int64_t largest = out->tokens[out->num_tokens - 1];
     if (largest > out->pool_size) {
         fprintf(stderr, "ropepool-bench: %s: T = %lld exceeds the pool's %lld slots (each token "

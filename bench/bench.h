@@ -85,6 +85,8 @@ typedef struct bench_options {
     uint64_t seed;
     double seconds;      /* timing budget per measured (T, variant) */
     int unfused;         /* time the rotate-then-scatter baseline too */
+    int baseline_seed;   /* CPU: the baseline is instead the seed's call (NeoX, R = D, rope_base's
+                            table, s = 1) on the same buffers: the variant's cost, side by side */
     int verify;
     int hugepages;       /* back host buffers with transparent huge pages (madvise) */
     const char *json_path, *svg_path;
@@ -215,6 +217,7 @@ typedef struct bench_run {
     double roofline_bytes_per_s;
     char roofline_what[160];
     int unfused;
+    int baseline_seed;  /* the second series is the seed's call (bench_options.baseline_seed) */
     int num_points;
     bench_point points[BENCH_MAX_LIST];
 } bench_run;

@@ -116,6 +116,7 @@ static void run(json *j, const bench_run *r)
     str(j, "index_dtype", rp_dtype_name(r->layout.index_dtype));
     if (r->backend == BENCH_CPU)
         integer(j, "threads", r->threads);
+    str(j, "baseline", r->baseline_seed ? "seed_call" : "unfused");
     integer(j, "pool_size", r->layout.pool_size);
     integer(j, "max_position", r->max_position);
     if (r->sets_option == BENCH_SETS_COLD)

@@ -71,8 +71,11 @@ void bench_print_run_header(const bench_run *run)
            "  data sat in the cache, as at small T with one input set: see --sets cold)\n");
     printf("  %7s %5s %10s %7s %6s", "T", "sets", "fused", "GB/s", "%roof");
     if (run->unfused)
-        printf(" %10s %6s %7s", "unfused", "%roof", "fusion");
-    printf(run->unfused ? "  verified fused / unfused (max error / bound)\n" : "  verified (max error / bound)\n");
+        printf(" %10s %6s %7s", run->baseline_seed ? "seed call" : "unfused", "%roof",
+               run->baseline_seed ? "var/seed" : "fusion");
+    printf(!run->unfused ? "  verified (max error / bound)\n"
+           : run->baseline_seed ? "  verified fused / seed call (max error / bound)\n"
+                                : "  verified fused / unfused (max error / bound)\n");
     fflush(stdout);
 }
 
@@ -97,7 +100,8 @@ void bench_print_point(const bench_run *run, const bench_point *pt)
            100.0 * pt->op_bytes / f->median_s / roof);
     if (run->unfused)
         printf(" %10s %5.1f%% %6.2fx", bench_format_time(u->median_s, t2, sizeof t2),
-               100.0 * pt->op_bytes / u->median_s / roof, u->median_s / f->median_s);
+               100.0 * pt->op_bytes / u->median_s / roof,
+               run->baseline_seed ? f->median_s / u->median_s : u->median_s / f->median_s);
     printf("  %s", verdict(&pt->fused.check, v1, sizeof v1));
     if (run->unfused)
         printf(" / %s", verdict(&pt->unfused.check, v2, sizeof v2));

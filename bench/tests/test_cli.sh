@@ -89,10 +89,10 @@ else
 fi
 
 # RoPE variant presets run verified against the float64 reference (the banner names the variant):
-# GPT-J pairs on a partial head, and a caller table with attention scaling. (Each run measures the
+# GPT-J pairs on a partial head, and a caller table with attention scaling, each next to the seed call. (Each run measures the
 # memory roofline, ~25 s here, so not all six; the kernels' variants are test_numerics' job.)
 for preset in gpt-j-6b qwen2.5-7b-yarn; do
-    if "$bench" --backend cpu --preset "$preset" -T 3 --pool 4096 --threads 1 --seconds 0.01 --dtype bf16 \
+    if "$bench" --backend cpu --preset "$preset" -T 3 --pool 4096 --threads 1 --seconds 0.01 --dtype bf16 --baseline seed \
             >"$tmp/out" 2>"$tmp/err" && grep -q '^rope: ' "$tmp/out" &&
             grep -qE '^ +3 +1 .* ok [0-9.]+ / ok [0-9.]+$' "$tmp/out"; then
         echo "ok   variant_sweep $preset"
