@@ -229,7 +229,7 @@ typedef struct fp8_case {
 static void run_fp8_case(rp_dtype dt, fp8_case c, const rope_variant *variant)
 {
     /* D = 40 with scales: 20 pairs, the vector kernels' tails and masks */
-    const int64_t T = 29, Hq = 4, Hk = 2, D = c.scale_kind == 1 ? 40 : 64, P = 40, layers = 3;
+    const int64_t T = test_quick() ? 9 : 29, Hq = 4, Hk = 2, D = c.scale_kind == 1 ? 40 : 64, P = 40, layers = 3;
     const int64_t layer_elems = P * Hk * D;
     fixture f;
     fixture_init(&f, &rng, T, Hq, Hk, D, P, dt, RP_I64, 5000, 1);
@@ -298,12 +298,13 @@ static void test_fp8_pools_with_every_rope_variant(void)
         run_fp8_case(dtypes[v % 3], (fp8_case){v % 2, v % 3 == 0, v % 3}, &test_variants[v]);
 }
 
-/* Long rows: one call of 300 tokens, D = 128 (every vector step and the threads), random values. */
+/* Long rows: one call of 300 tokens (60 in quick runs: still threaded), D = 128 (every vector step
+ * and the threads), random values. */
 static void test_fp8_pools_at_llama_shapes(void)
 {
     for (int e5m2 = 0; e5m2 < 2; e5m2++) {
         fixture f;
-        fixture_init(&f, &rng, 300, 8, 2, 128, 512, RP_BF16, RP_I32, 1 << 17, 1);
+        fixture_init(&f, &rng, test_quick() ? 60 : 300, 8, 2, 128, 512, RP_BF16, RP_I32, 1 << 17, 1);
         rp_rope_pool_args *a = &f.args;
         a->k_pool.dtype = a->v_pool.dtype = RP_U8;
         a->pool_dtype = e5m2 ? RP_F8_E5M2 : RP_F8_E4M3;
