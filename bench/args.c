@@ -39,6 +39,12 @@ static const char usage[] =
     "  --pool N            KV-pool slots (default cpu 262144, cuda 1048576)\n"
     "  --max-pos N         positions are drawn from [0, N) (default cpu 8192, cuda 131072)\n"
     "  --index i32|i64     dtype of positions and slots (default i64)\n"
+    "  --kv-layout NAME    flat (two [P, Hk, D] pools), NHD (vLLM's [blocks, 2, block, Hk, D]\n"
+    "                      FlashAttention cache) or HND (its packed (blocks, Hk, block, 2D) split)\n"
+    "                      (default flat; the CPU backend only)\n"
+    "  --block-size N      rows per block of a paged layout (default 16)\n"
+    "  --kv-dtype NAME     auto (pools of the inputs' dtype), fp8_e4m3 or fp8_e5m2 (uint8 pools)\n"
+    "                      (default auto)\n"
     "  --sets N|cold       input sets the timed calls rotate among; cold = enough to overflow the\n"
     "                      last-level cache twice (default cpu 1, cuda cold)\n"
     "  --seed N            seed of the random inputs (default 1)\n"
@@ -217,6 +223,7 @@ int bench_parse_args(int argc, char **argv, bench_options *o)
     o->seed = 1;
     o->seconds = 0.25;
     o->unfused = 1;
+    o->block_size = 16;
     o->verify = 1;
     record_command(argc, argv, o);
     double rope_base = 0;
@@ -265,7 +272,8 @@ int bench_parse_args(int argc, char **argv, bench_options *o)
                                              "--dtype", "--backend", "--threads", "--pool",
                                              "--max-pos", "--index", "--sets", "--seed",
                                              "--seconds", "--json", "--svg", "--style",
-                                             "--rotary-dim", "--rope-scaling", "--baseline"};
+                                             "--rotary-dim", "--rope-scaling", "--baseline", "--kv-layout",
+                                             "--block-size", "--kv-dtype"};
         int known = 0;
         for (size_t j = 0; j < sizeof valued / sizeof valued[0]; j++)
             known |= strcmp(opt, valued[j]) == 0;
@@ -353,6 +361,27 @@ int bench_parse_args(int argc, char **argv, bench_options *o)
                 o->index_dtype = RP_I64;
             else
                 return fail("--index: unknown index dtype '%s' (known: i32, i64)", arg);
+        } else if (!strcmp(opt, "--kv-layout")) {
+            if (!strcmp(arg, "flat"))
+                o->kv_layout = RP_KV_FLAT;
+            else if (!strcmp(arg, "NHD"))
+                o->kv_layout = RP_KV_NHD;
+            else if (!strcmp(arg, "HND"))
+                o->kv_layout = RP_KV_HND;
+            else
+                return fail("--kv-layout: unknown layout '%s' (known: flat, NHD, HND)", arg);
+        } else if (!strcmp(opt, "--block-size")) {
+            if (!parse_int(arg, 1, 1 << 20, &o->block_size))
+                return fail("--block-size: '%s' is not a block size (want an integer from 1 to 2^20)", arg);
+        } else if (!strcmp(opt, "--kv-dtype")) {
+            if (!strcmp(arg, "auto"))
+                o->kv_dtype = RP_DTYPE_UNSET;
+            else if (!strcmp(arg, "fp8_e4m3") || !strcmp(arg, "fp8"))
+                o->kv_dtype = RP_F8_E4M3;
+            else if (!strcmp(arg, "fp8_e5m2"))
+                o->kv_dtype = RP_F8_E5M2;
+            else
+                return fail("--kv-dtype: unknown pool format '%s' (known: auto, fp8_e4m3, fp8_e5m2)", arg);
         } else if (!strcmp(opt, "--sets")) {
             if (!strcmp(arg, "cold"))
                 o->sets = BENCH_SETS_COLD;
@@ -425,6 +454,15 @@ int bench_options_for(const bench_options *o, int backend, bench_options *out)
         fprintf(stderr, "ropepool-bench: cuda: --baseline seed is implemented for the cpu backend only\n");
         return -1;
     }
+    if (!cpu && (out->kv_layout != RP_KV_FLAT || out->kv_dtype)) {
+        fprintf(stderr, "ropepool-bench: cuda: --kv-layout and --kv-dtype are CPU-only in this version "
+                        "(the CUDA backend refuses paged and fp8 pools); add --backend cpu\n");
+        return -1;
+    }
+    if (out->kv_layout != RP_KV_FLAT) /* whole blocks: the last one is full */
+        out->pool_size -= out->pool_size % out->block_size;
+    else
+        out->block_size = 1;
     const int64_t largest = out->tokens[out->num_tokens - 1];
     if (largest > out->pool_size) {
         fprintf(stderr, "ropepool-bench: %s: T = %lld exceeds the pool's %lld slots (each token "

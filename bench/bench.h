@@ -89,6 +89,9 @@ typedef struct bench_options {
                             table, s = 1) on the same buffers: the variant's cost, side by side */
     int verify;
     int hugepages;       /* back host buffers with transparent huge pages (madvise) */
+    int32_t kv_layout;   /* rp_kv_layout of the pools (--kv-layout) */
+    int64_t block_size;  /* paged layouts: rows per block (--block-size) */
+    rp_dtype kv_dtype;   /* pool format: 0 = the inputs' dtype, or RP_F8_E4M3 / RP_F8_E5M2 */
     const char *json_path, *svg_path;
     char command[1024];  /* the command line, for the JSON */
     /* The shape's RoPE table (bench_rope_table), filled once the options are parsed. */
@@ -107,7 +110,10 @@ int bench_options_for(const bench_options *o, int backend, bench_options *out);
 
 /* ---- inputs, call arguments, verification ------------------------------------------------------ */
 
-/* Sizes and dtypes of one sweep's calls. */
+/* Sizes and dtypes of one sweep's calls. The pools are allocated as vLLM does: flat, two
+ * [pool_size, Hk, D] arrays; NHD, one [num_blocks, 2, block_size, Hk, D] allocation (K and V
+ * interleaved per block, FlashAttention's cache); HND, the packed (num_blocks, Hk, block_size,
+ * 2 * D) split on its last dimension. fp8 pools are uint8 arrays with pool_dtype. */
 typedef struct bench_layout {
     int64_t hq, hk, d, pool_size;
     double rope_base;
@@ -117,6 +123,9 @@ typedef struct bench_layout {
     int64_t rotary_dim;
     const double *inv_freq;
     double attention_scaling;
+    int32_t kv_layout;   /* rp_kv_layout; 0 (flat) when zero-initialised */
+    int64_t block_size;  /* paged: rows per block (pool_size is a multiple of it) */
+    rp_dtype kv_dtype;   /* 0: pools of dtype; RP_F8_E4M3 | RP_F8_E5M2: fp8 pools */
 } bench_layout;
 
 /* Gives L the variant of o's shape: style, rotary_dim, and o's table and attention scaling. */
@@ -148,10 +157,17 @@ void bench_alloc_use_hugepages(int on);
 /* Bytes of the [T, heads, D] rows and of one index array. */
 size_t bench_rows_bytes(const bench_layout *L, int64_t tokens, int64_t heads);
 size_t bench_index_bytes(const bench_layout *L, int64_t tokens);
+/* Bytes of one pool (K or V) in its storage format; a paged allocation holds both. */
+size_t bench_pool_bytes(const bench_layout *L);
+/* The pool tensor (K when which = 0, V when 1) of buffers b, in L's layout and format: b->k_pool
+ * is the allocation (flat: K's), b->v_pool V's array for flat pools. */
+rp_tensor bench_pool_tensor(const bench_layout *L, const bench_buffers *b, int which);
+/* Address of head h of pool row `slot` of that tensor. */
+char *bench_pool_row(const bench_layout *L, const rp_tensor *pool, int64_t slot, int64_t h);
 
-/* Bytes one call of T tokens must move: (2 Hq + 5 Hk) D sizeof(dtype) + positions and slots, per
- * token (q, q_rot; k, k_rot, k_pool; v, v_pool). The unfused baseline is charged the same bytes:
- * it does the same work. */
+/* Bytes one call of T tokens must move, per token: (2 Hq + 3 Hk) D sizeof(dtype) (q, q_rot; k,
+ * k_rot; v) + 2 Hk D sizeof(pool element) (k_pool, v_pool) + positions and slots. The unfused
+ * baseline is charged the same bytes: it does the same work. */
 double bench_op_bytes(const bench_layout *L, int64_t tokens);
 
 /* The arguments of the call on tokens [first, first + T) of b, on `device`. */
@@ -173,7 +189,7 @@ typedef struct bench_check {
 
 /* Checks the outputs of tokens [0, tokens) of host buffers b (inputs included) against the
  * reference. Returns 0, or -1 with msg set when b does not even form a valid call. */
-int bench_verify(const bench_layout *L, const bench_buffers *b, int64_t tokens, bench_check *c,
+int bench_verify(const bench_layout *L, const bench_buffers *b, int64_t tokens, int fused, bench_check *c,
                  char *msg, size_t msg_size);
 
 /* ---- timing ------------------------------------------------------------------------------------ */
@@ -239,8 +255,8 @@ typedef struct bench_backend_ops {
     /* One call of T tokens on each input set 0 .. sets-1 (fused: one call; otherwise rotate,
      * then scatter). */
     int (*run_once)(void *self, int64_t T, int64_t sets, int fused, char *msg, size_t msg_size);
-    /* Verifies the outputs of tokens [0, tokens). */
-    int (*verify)(void *self, int64_t tokens, bench_check *c, char *msg, size_t msg_size);
+    /* Verifies the outputs of tokens [0, tokens) of the fused call or (fused = 0) the baseline. */
+    int (*verify)(void *self, int64_t tokens, int fused, bench_check *c, char *msg, size_t msg_size);
     /* Times calls of T tokens that rotate among the input sets: the fused call into out[0] and,
      * when variants == 2, the unfused baseline into out[1], their samples interleaved so that
      * both see the same machine (a noisy neighbour slows both, not one). */

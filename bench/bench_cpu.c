@@ -197,23 +197,25 @@ static int cpu_time(void *self, int64_t T, int64_t sets, int variants, double se
 static int cpu_poison(void *self, int64_t tokens, char *msg, size_t msg_size)
 {
     cpu_bench *c = self;
-    const size_t row = bench_rows_bytes(&c->L, 1, c->L.hk);
+    const rp_tensor pools[2] = {bench_pool_tensor(&c->L, &c->buf, 0), bench_pool_tensor(&c->L, &c->buf, 1)};
+    const size_t head = (size_t)c->L.d * rp_dtype_size((rp_dtype)pools[0].dtype);
     memset(c->buf.q_rot, 0xff, bench_rows_bytes(&c->L, tokens, c->L.hq));
     memset(c->buf.k_rot, 0xff, bench_rows_bytes(&c->L, tokens, c->L.hk));
     for (int64_t t = 0; t < tokens; t++) {
         const int64_t slot = rp_load_index(c->buf.slots, c->L.index_dtype, 1, t);
-        memset((char *)c->buf.k_pool + (size_t)slot * row, 0xff, row);
-        memset((char *)c->buf.v_pool + (size_t)slot * row, 0xff, row);
+        for (int64_t h = 0; h < c->L.hk; h++)
+            for (int which = 0; which < 2; which++)
+                memset(bench_pool_row(&c->L, &pools[which], slot, h), 0xff, head);
     }
     (void)msg;
     (void)msg_size;
     return 0;
 }
 
-static int cpu_verify(void *self, int64_t tokens, bench_check *chk, char *msg, size_t msg_size)
+static int cpu_verify(void *self, int64_t tokens, int fused, bench_check *chk, char *msg, size_t msg_size)
 {
     cpu_bench *c = self;
-    return bench_verify(c->verify_seed ? &c->seed_L : &c->L, &c->buf, tokens, chk, msg, msg_size);
+    return bench_verify(c->verify_seed ? &c->seed_L : &c->L, &c->buf, tokens, fused, chk, msg, msg_size);
 }
 
 int bench_cpu_runs(const bench_options *o, rp_dtype dtype, double roofline, const char *roofline_what,
@@ -223,7 +225,7 @@ int bench_cpu_runs(const bench_options *o, rp_dtype dtype, double roofline, cons
     cpu_bench c;
     memset(&c, 0, sizeof c);
     c.L = (bench_layout){o->shape.hq, o->shape.hk, o->shape.d, o->pool_size, o->shape.rope_base,
-                         dtype, o->index_dtype, 0, 0, NULL, 0.0};
+                         dtype, o->index_dtype, 0, 0, NULL, 0.0, o->kv_layout, o->block_size, o->kv_dtype};
     c.seed_L = c.L;
     bench_layout_set_variant(&c.L, o);
     c.baseline_seed = o->baseline_seed;
@@ -232,23 +234,24 @@ int bench_cpu_runs(const bench_options *o, rp_dtype dtype, double roofline, cons
     bench_progress("cpu %s: drawing inputs for %lld tokens", rp_dtype_name(dtype), (long long)arena);
     if (bench_inputs_create(&in, &c.L, arena, o->max_position, o->seed, msg, msg_size))
         return -1;
+    /* Flat: two pools; paged: one allocation holding both (bench_pool_tensor), v_pool unused. */
+    const size_t pool_bytes = bench_pool_bytes(&c.L), k_alloc = c.L.kv_layout ? 2 * pool_bytes : pool_bytes;
     c.buf = (bench_buffers){in.q, in.k, in.v, in.positions, in.slots,
                             bench_alloc(bench_rows_bytes(&c.L, arena, c.L.hq)),
                             bench_alloc(bench_rows_bytes(&c.L, arena, c.L.hk)),
-                            bench_alloc(bench_rows_bytes(&c.L, c.L.pool_size, c.L.hk)),
-                            bench_alloc(bench_rows_bytes(&c.L, c.L.pool_size, c.L.hk))};
+                            bench_alloc(k_alloc), c.L.kv_layout ? NULL : bench_alloc(pool_bytes)};
     int rc = -1;
-    if (!c.buf.q_rot || !c.buf.k_rot || !c.buf.k_pool || !c.buf.v_pool) {
+    if (!c.buf.q_rot || !c.buf.k_rot || !c.buf.k_pool || (!c.L.kv_layout && !c.buf.v_pool)) {
         snprintf(msg, msg_size, "out of memory for the outputs and two pools of %lld slots (%.2f GiB)",
-                 (long long)c.L.pool_size,
-                 (2.0 * (double)bench_rows_bytes(&c.L, c.L.pool_size, c.L.hk)) / (1 << 30));
+                 (long long)c.L.pool_size, (2.0 * (double)pool_bytes) / (1 << 30));
         goto done;
     }
     bench_progress("cpu %s: touching the pools", rp_dtype_name(dtype));
     memset(c.buf.q_rot, 0, bench_rows_bytes(&c.L, arena, c.L.hq));
     memset(c.buf.k_rot, 0, bench_rows_bytes(&c.L, arena, c.L.hk));
-    memset(c.buf.k_pool, 0, bench_rows_bytes(&c.L, c.L.pool_size, c.L.hk));
-    memset(c.buf.v_pool, 0, bench_rows_bytes(&c.L, c.L.pool_size, c.L.hk));
+    memset(c.buf.k_pool, 0, k_alloc);
+    if (c.buf.v_pool)
+        memset(c.buf.v_pool, 0, pool_bytes);
     bench_progress(NULL);
 
     const bench_backend_ops ops = {&c, cpu_poison, cpu_run_once, cpu_verify, cpu_time};

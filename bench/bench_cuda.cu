@@ -191,7 +191,7 @@ int cuda_run_once(void *self, int64_t T, int64_t sets, int fused, char *msg, siz
     return check_context(c, msg, msg_size);
 }
 
-int cuda_verify(void *self, int64_t tokens, bench_check *chk, char *msg, size_t msg_size)
+int cuda_verify(void *self, int64_t tokens, int fused, bench_check *chk, char *msg, size_t msg_size)
 {
     cuda_bench *c = (cuda_bench *)self;
     const bench_layout *L = &c->L;
@@ -211,7 +211,7 @@ int cuda_verify(void *self, int64_t tokens, bench_check *chk, char *msg, size_t 
     /* The gathered rows are a pool of `tokens` rows that slot t = t names. */
     bench_layout compact = *L;
     compact.pool_size = tokens;
-    return bench_verify(&compact, &c->host, tokens, chk, msg, msg_size);
+    return bench_verify(&compact, &c->host, tokens, fused, chk, msg, msg_size);
 }
 
 int capture(cuda_bench *c, int fused, int64_t sets, int64_t calls, cudaGraphExec_t *exec, char *msg,
@@ -374,7 +374,7 @@ int run_dtype(cuda_bench *c, const bench_options *o, rp_dtype dtype, bench_repor
     CUDA_TRY(cudaEventCreate(&c->stop));
     c->blocks = prop.multiProcessorCount * 8;
     c->L = bench_layout{o->shape.hq, o->shape.hk, o->shape.d, o->pool_size, o->shape.rope_base, dtype,
-                        o->index_dtype, 0, 0, NULL, 0.0};
+                        o->index_dtype, 0, 0, NULL, 0.0, RP_KV_FLAT, 1, RP_DTYPE_UNSET};
     bench_layout_set_variant(&c->L, o);
     const double l2 = (double)prop.l2CacheSize;
     c->arena = bench_arena_tokens(o, &c->L, l2);

@@ -83,10 +83,67 @@ size_t bench_index_bytes(const bench_layout *L, int64_t tokens)
     return (size_t)tokens * rp_dtype_size(L->index_dtype);
 }
 
+static size_t pool_elem(const bench_layout *L)
+{
+    return L->kv_dtype ? 1 : rp_dtype_size(L->dtype);
+}
+
+size_t bench_pool_bytes(const bench_layout *L)
+{
+    return (size_t)L->pool_size * (size_t)(L->hk * L->d) * pool_elem(L);
+}
+
 double bench_op_bytes(const bench_layout *L, int64_t tokens)
 {
-    return (double)bench_rows_bytes(L, tokens, 2 * L->hq + 5 * L->hk) +
+    return (double)bench_rows_bytes(L, tokens, 2 * L->hq + 3 * L->hk) +
+           2.0 * (double)tokens * (double)(L->hk * L->d) * (double)pool_elem(L) +
            2.0 * (double)bench_index_bytes(L, tokens);
+}
+
+rp_tensor bench_pool_tensor(const bench_layout *L, const bench_buffers *b, int which)
+{
+    const rp_dtype storage = L->kv_dtype ? RP_U8 : L->dtype;
+    const int64_t bs = L->block_size, nb = L->kv_layout ? L->pool_size / bs : 0, hk = L->hk, d = L->d;
+    rp_tensor t;
+    if (L->kv_layout == RP_KV_FLAT)
+        return rp_tensor_3d(which ? b->v_pool : b->k_pool, storage, L->pool_size, hk, d);
+    memset(&t, 0, sizeof t);
+    t.ndim = 4;
+    t.dtype = storage;
+    t.shape[0] = nb;
+    t.shape[3] = d;
+    t.strides[3] = 1;
+    int64_t v_offset;
+    if (L->kv_layout == RP_KV_NHD) { /* [nb, 2, bs, Hk, D].unbind(1) */
+        t.shape[1] = bs;
+        t.shape[2] = hk;
+        t.strides[0] = 2 * bs * hk * d;
+        t.strides[1] = hk * d;
+        t.strides[2] = d;
+        v_offset = bs * hk * d;
+    } else { /* (nb, Hk, bs, 2D).split(D, dim=-1) */
+        t.shape[1] = hk;
+        t.shape[2] = bs;
+        t.strides[0] = 2 * hk * bs * d;
+        t.strides[1] = bs * 2 * d;
+        t.strides[2] = 2 * d;
+        v_offset = d;
+    }
+    t.data = (char *)b->k_pool + (which ? v_offset * (int64_t)pool_elem(L) : 0);
+    return t;
+}
+
+char *bench_pool_row(const bench_layout *L, const rp_tensor *pool, int64_t slot, int64_t h)
+{
+    int64_t offset;
+    if (L->kv_layout == RP_KV_FLAT) {
+        offset = slot * pool->strides[0] + h * pool->strides[1];
+    } else {
+        const int nhd = L->kv_layout == RP_KV_NHD;
+        offset = slot / L->block_size * pool->strides[0] + slot % L->block_size * pool->strides[nhd ? 1 : 2] +
+                 h * pool->strides[nhd ? 2 : 1];
+    }
+    return (char *)pool->data + offset * (int64_t)pool_elem(L);
 }
 
 int bench_inputs_create(bench_inputs *in, const bench_layout *L, int64_t tokens,
@@ -149,8 +206,10 @@ rp_rope_pool_args bench_call_args(const bench_layout *L, const bench_buffers *b,
     a.v = rp_tensor_3d((char *)b->v + kv_off, L->dtype, T, L->hk, L->d);
     a.positions = rp_tensor_1d((char *)b->positions + (size_t)first * is, L->index_dtype, T);
     a.slots = rp_tensor_1d((char *)b->slots + (size_t)first * is, L->index_dtype, T);
-    a.k_pool = rp_tensor_3d(b->k_pool, L->dtype, L->pool_size, L->hk, L->d);
-    a.v_pool = rp_tensor_3d(b->v_pool, L->dtype, L->pool_size, L->hk, L->d);
+    a.k_pool = bench_pool_tensor(L, b, 0);
+    a.v_pool = bench_pool_tensor(L, b, 1);
+    a.kv_layout = L->kv_layout;
+    a.pool_dtype = L->kv_dtype;
     a.q_rot = rp_tensor_3d((char *)b->q_rot + q_off, L->dtype, T, L->hq, L->d);
     a.k_rot = rp_tensor_3d((char *)b->k_rot + kv_off, L->dtype, T, L->hk, L->d);
     rp_tensor *all[9] = {&a.q, &a.k, &a.v, &a.positions, &a.slots, &a.k_pool, &a.v_pool, &a.q_rot, &a.k_rot};
@@ -186,7 +245,7 @@ rp_rope_pool_args *bench_set_args(const bench_layout *L, const bench_buffers *b,
     return args;
 }
 
-int bench_verify(const bench_layout *L, const bench_buffers *b, int64_t tokens, bench_check *c,
+int bench_verify(const bench_layout *L, const bench_buffers *b, int64_t tokens, int fused, bench_check *c,
                  char *msg, size_t msg_size)
 {
     const rp_device host = {RP_DEVICE_CPU, 0};
@@ -201,7 +260,7 @@ int bench_verify(const bench_layout *L, const bench_buffers *b, int64_t tokens, 
     double freq[512]; /* head_dim <= 1024; a caller table is used as given */
     rp_problem_fill_freq(&p, freq);
     rp_verify_result r;
-    rp_ref_verify(&p, &r);
+    rp_ref_verify_parts(&p, fused ? RP_PARTS_ALL : RP_PARTS_SCATTER, &r);
     c->done = 1;
     c->checked = r.checked;
     c->failures = r.failures;

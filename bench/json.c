@@ -114,6 +114,9 @@ static void run(json *j, const bench_run *r)
     str(j, "kernel", r->kernel);
     str(j, "dtype", rp_dtype_name(r->layout.dtype));
     str(j, "index_dtype", rp_dtype_name(r->layout.index_dtype));
+    str(j, "kv_layout", r->layout.kv_layout == RP_KV_NHD ? "NHD" : r->layout.kv_layout == RP_KV_HND ? "HND" : "flat");
+    integer(j, "block_size", r->layout.kv_layout ? r->layout.block_size : 1);
+    str(j, "kv_dtype", rp_dtype_name(r->layout.kv_dtype ? r->layout.kv_dtype : r->layout.dtype));
     if (r->backend == BENCH_CPU)
         integer(j, "threads", r->threads);
     str(j, "baseline", r->baseline_seed ? "seed_call" : "unfused");

@@ -64,8 +64,14 @@ void bench_print_run_header(const bench_run *run)
            run->kernel, rp_dtype_name(L->dtype));
     if (run->backend == BENCH_CPU)
         printf(", up to %d thread%s", run->threads, run->threads == 1 ? "" : "s");
+    static const char *const layouts[] = {"flat", "NHD (vLLM [blocks, 2, block, Hk, D])",
+                                          "HND (packed (blocks, Hk, block, 2D))"};
     printf("\n  pool %lld slots, positions < %lld, %s indices, %s\n", (long long)L->pool_size,
            (long long)run->max_position, rp_dtype_name(L->index_dtype), sets);
+    printf("  kv layout %s", layouts[L->kv_layout]);
+    if (L->kv_layout != RP_KV_FLAT)
+        printf(", block size %lld", (long long)L->block_size);
+    printf(", pools %s\n", L->kv_dtype ? rp_dtype_name(L->kv_dtype) : rp_dtype_name(L->dtype));
     printf("  roofline %.1f GB/s: %s\n", run->roofline_bytes_per_s / 1e9, run->roofline_what);
     printf("  (%%roof: the call's bytes per second over that memory roofline; above 100%% the call's\n"
            "  data sat in the cache, as at small T with one input set: see --sets cold)\n");

@@ -96,7 +96,7 @@ int bench_sweep(const bench_options *o, const bench_backend_ops *ops, double cac
                            variant, tokens);
             if (ops->poison(ops->self, pt->sets * pt->tokens, msg, msg_size) ||
                 ops->run_once(ops->self, pt->tokens, pt->sets, fused, msg, msg_size) ||
-                ops->verify(ops->self, pt->sets * pt->tokens,
+                ops->verify(ops->self, pt->sets * pt->tokens, fused,
                             fused ? &pt->fused.check : &pt->unfused.check, msg, msg_size))
                 return -1;
         }

@@ -16,9 +16,7 @@ static const rp_dtype dtypes[3] = {RP_F32, RP_F16, RP_BF16};
 
 static void call_ok(rp_rope_pool_args *a, const char *what)
 {
-    char msg[512];
-    rp_status st = rp_rope_pool_fused(ctx, a, msg, sizeof msg);
-    CHECK(st == RP_OK, "%s: %s: %s", what, rp_status_name(st), msg);
+    call_ok_on(ctx, a, what);
 }
 
 /* q, k, v as slices of one fused projection [T, (Hq + 2Hk) * D]. */

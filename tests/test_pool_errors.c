@@ -8,32 +8,9 @@
 static test_rng rng = {1717};
 static float scale_cell; /* what a mutator's k_scale_ptr / v_scale_ptr points to */
 
-typedef void (*mutator)(fixture *f);
-
-/* want_msg ending in '*' matches as a prefix. The fixture: 6 tokens, Hq 8, Hk 2, D 64, a pool of
- * 16 slots (as 4 blocks of 4 rows when a mutator makes it paged). */
-static void expect_error(const char *name, mutator mutate, rp_status want_status, const char *want_msg)
-{
-    fixture f;
-    fixture_init(&f, &rng, 6, 8, 2, 64, 16, RP_F32, RP_I32, 4096, 0);
-    for (int t = 0; t < 6; t++)
-        test_store(f.slots, RP_I32, t, 2 * t + 1);
-    mutate(&f);
-    snapshot s;
-    snapshot_take(&s, &f);
-    char msg[512] = "";
-    rp_status st = rp_rope_pool_fused(NULL, &f.args, msg, sizeof msg);
-    size_t n = strlen(want_msg);
-    int prefix = n > 0 && want_msg[n - 1] == '*';
-    int match = prefix ? strncmp(msg, want_msg, n - 1) == 0 : strcmp(msg, want_msg) == 0;
-    CHECK(st == want_status, "%s: status %s, want %s (msg: %s)", name, rp_status_name(st),
-          rp_status_name(want_status), msg);
-    CHECK(match, "%s: message\n  got:  %s\n  want: %s", name, msg, want_msg);
-    CHECK(snapshot_unchanged(&s, &f), "%s: a failed call wrote output memory", name);
-    fixture_free(&f);
-}
-
-#define EXPECT(mutate, status, msg) expect_error(#mutate, mutate, status, msg)
+/* The fixture (expect_call_error): 6 tokens, Hq 8, Hk 2, D 64, a pool of 16 slots, as 4 blocks
+ * of 4 rows when a mutator makes it paged. */
+#define EXPECT(mutate, status, msg) expect_call_error(&rng, #mutate, mutate, status, msg)
 
 /* Both pools as 4-D views of the fixture's [16, 2, 64] buffers: NHD [4, 4, 2, 64] or HND
  * [4, 2, 4, 64] (HND's rows 4 apart: the same memory, another order). */

@@ -18,9 +18,7 @@ static const rp_dtype dtypes[3] = {RP_F32, RP_F16, RP_BF16};
 
 static void call_ok(rp_rope_pool_args *a, const char *what)
 {
-    char msg[512];
-    rp_status st = rp_rope_pool_fused(ctx, a, msg, sizeof msg);
-    CHECK(st == RP_OK, "%s: %s: %s", what, rp_status_name(st), msg);
+    call_ok_on(ctx, a, what);
 }
 
 /* ---- the float64 fp8 quantiser ------------------------------------------------------------------ */
@@ -298,14 +296,24 @@ static void test_fp8_pools_with_every_rope_variant(void)
         run_fp8_case(dtypes[v % 3], (fp8_case){v % 2, v % 3 == 0, v % 3}, &test_variants[v]);
 }
 
-/* Long rows: one call of 300 tokens (60 in quick runs: still threaded), D = 128 (every vector step
- * and the threads), random values. */
+/* Long rows: one call of 300 tokens (60 in quick runs: still threaded), D = 128 (every vector
+ * step, streaming stores and the threads), random values. */
 static void test_fp8_pools_at_llama_shapes(void)
 {
     for (int e5m2 = 0; e5m2 < 2; e5m2++) {
         fixture f;
         fixture_init(&f, &rng, test_quick() ? 60 : 300, 8, 2, 128, 512, RP_BF16, RP_I32, 1 << 17, 1);
         rp_rope_pool_args *a = &f.args;
+        /* Pools on cache lines: the kernels' streaming fp8 stores. */
+        void *bufs[2] = {&f.k_pool, &f.v_pool};
+        for (int i = 0; i < 2; i++) {
+            void **slot = bufs[i];
+            free(*slot);
+            *slot = aligned_alloc(64, 512 * 2 * 128);
+            memset(*slot, 0x5a, 512 * 2 * 128);
+        }
+        a->k_pool.data = f.k_pool;
+        a->v_pool.data = f.v_pool;
         a->k_pool.dtype = a->v_pool.dtype = RP_U8;
         a->pool_dtype = e5m2 ? RP_F8_E5M2 : RP_F8_E4M3;
         a->k_scale = 0.125;

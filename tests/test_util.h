@@ -262,4 +262,39 @@ static inline int snapshot_unchanged(snapshot *s, const fixture *f)
     return same;
 }
 
+/* A call that must succeed. */
+static inline void call_ok_on(rp_context *ctx, rp_rope_pool_args *a, const char *what)
+{
+    char msg[512];
+    rp_status st = rp_rope_pool_fused(ctx, a, msg, sizeof msg);
+    CHECK(st == RP_OK, "%s: %s: %s", what, rp_status_name(st), msg);
+}
+
+typedef void (*fixture_mutator)(fixture *f);
+
+/* The error-check harness: a fixture of 6 tokens (Hq 8, Hk 2, D 64, f32, a pool of 16 slots,
+ * slots 1, 3, 5, ... that mutators may edit) changed by `mutate` must fail with want_status and
+ * want_msg (ending in '*': a prefix) and leave every output byte as it was. */
+static inline void expect_call_error(test_rng *rng, const char *name, fixture_mutator mutate,
+                                     rp_status want_status, const char *want_msg)
+{
+    fixture f;
+    fixture_init(&f, rng, 6, 8, 2, 64, 16, RP_F32, RP_I32, 4096, 0);
+    for (int t = 0; t < 6; t++)
+        test_store(f.slots, RP_I32, t, 2 * t + 1);
+    mutate(&f);
+    snapshot s;
+    snapshot_take(&s, &f);
+    char msg[512] = "";
+    rp_status st = rp_rope_pool_fused(NULL, &f.args, msg, sizeof msg);
+    size_t n = strlen(want_msg);
+    int prefix = n > 0 && want_msg[n - 1] == '*';
+    int match = prefix ? strncmp(msg, want_msg, n - 1) == 0 : strcmp(msg, want_msg) == 0;
+    CHECK(st == want_status, "%s: status %s, want %s (msg: %s)", name, rp_status_name(st),
+          rp_status_name(want_status), msg);
+    CHECK(match, "%s: message\n  got:  %s\n  want: %s", name, msg, want_msg);
+    CHECK(snapshot_unchanged(&s, &f), "%s: a failed call wrote output memory", name);
+    fixture_free(&f);
+}
+
 #endif /* RP_TEST_UTIL_H */

@@ -130,10 +130,14 @@ static RP_ALWAYS_INLINE __m128i fp8_convert8(rp_dtype fmt, __m256 v)
     return _mm_unpacklo_epi32(_mm256_castsi256_si128(bytes), _mm256_extracti128_si256(bytes, 1));
 }
 
-/* 8 values times inv_scale as fp8 codes at p (8 bytes). */
-static RP_ALWAYS_INLINE void store8_fp8(rp_dtype fmt, char *p, __m256 v, __m256 inv_scale)
+/* 8 values times inv_scale as fp8 codes at p (8 bytes; streaming: movnti, p 8-byte aligned). */
+static RP_ALWAYS_INLINE void store8_fp8(rp_dtype fmt, int stream, char *p, __m256 v, __m256 inv_scale)
 {
-    _mm_storel_epi64((__m128i *)p, fp8_convert8(fmt, _mm256_mul_ps(v, inv_scale)));
+    const __m128i codes = fp8_convert8(fmt, _mm256_mul_ps(v, inv_scale));
+    if (stream)
+        _mm_stream_si64((long long *)p, _mm_cvtsi128_si64(codes));
+    else
+        _mm_storel_epi64((__m128i *)p, codes);
 }
 
 /* 8 pairs: x from xs, y from ys; results to xd/yd and, unless xp is NULL, xp/yp (format pool_dt). */
@@ -151,8 +155,8 @@ static RP_ALWAYS_INLINE void rotate8(rp_dtype dt, rp_dtype pool_dt, int stream_d
         store8(dt, stream_pool, xp, out_x);
         store8(dt, stream_pool, yp, out_y);
     } else if (xp) {
-        store8_fp8(pool_dt, xp, out_x, inv_scale);
-        store8_fp8(pool_dt, yp, out_y, inv_scale);
+        store8_fp8(pool_dt, stream_pool, xp, out_x, inv_scale);
+        store8_fp8(pool_dt, stream_pool, yp, out_y, inv_scale);
     }
 }
 
@@ -206,7 +210,7 @@ static RP_ALWAYS_INLINE void rotate_pairs8(rp_dtype dt, rp_dtype pool_dt, int st
     if (xp && pool_dt == dt)
         store8(dt, stream_pool, xp, out);
     else if (xp)
-        store8_fp8(pool_dt, xp, out, inv_scale);
+        store8_fp8(pool_dt, stream_pool, xp, out, inv_scale);
 }
 
 static RP_ALWAYS_INLINE void simd_rotate_interleaved(rp_dtype dt, rp_dtype pool_dt, int stream_dst,
@@ -254,18 +258,18 @@ static RP_ALWAYS_INLINE void simd_copy(int stream, char *dst, const char *src, i
         memcpy(dst + i, src + i, (size_t)(bytes - i));
 }
 
-static RP_ALWAYS_INLINE void simd_to_fp8(rp_dtype dt, rp_dtype pool_dt, uint8_t *dst, const char *src,
-                                         int64_t n, float inv_scale)
+static RP_ALWAYS_INLINE void simd_to_fp8(rp_dtype dt, rp_dtype pool_dt, int stream, uint8_t *dst,
+                                         const char *src, int64_t n, float inv_scale)
 {
     const int64_t elem = dt == RP_F32 ? 4 : 2;
     const __m256 scale = _mm256_set1_ps(inv_scale);
     int64_t j = 0;
     for (; j + 8 <= n; j += 8)
-        store8_fp8(pool_dt, (char *)dst + j, load8(dt, src + j * elem), scale);
+        store8_fp8(pool_dt, stream, (char *)dst + j, load8(dt, src + j * elem), scale);
     if (j < n) { /* the last n - j < 8 elements through a zero-padded copy */
         char in[32] = {0}, codes[8];
         memcpy(in, src + j * elem, (size_t)((n - j) * elem));
-        store8_fp8(pool_dt, codes, load8(dt, in), scale);
+        store8_fp8(pool_dt, 0, codes, load8(dt, in), scale);
         memcpy(dst + j, codes, (size_t)(n - j));
     }
 }

@@ -169,14 +169,23 @@ static RP_ALWAYS_INLINE __m128i fp8_convert16(rp_dtype fmt, __m512 v)
     return _mm512_cvtepi32_epi8(code);
 }
 
-/* The lanes m of a line (16 or 32 values) times inv_scale, as fp8 codes at p. */
-static RP_ALWAYS_INLINE void store_fp8_line(rp_dtype dt, rp_dtype fmt, char *p, line v, __mmask32 m,
-                                            __m512 inv_scale)
+/* The lanes m of a line (16 or 32 values) times inv_scale, as fp8 codes at p; a whole line's 16
+ * or 32 codes stream when asked (the caller checked their alignment). */
+static RP_ALWAYS_INLINE void store_fp8_line(rp_dtype dt, rp_dtype fmt, int stream, char *p, line v,
+                                            __mmask32 m, __m512 inv_scale)
 {
     const __m128i lo = fp8_convert16(fmt, _mm512_mul_ps(v.lo, inv_scale));
     if (m == ALL32 && dt != RP_F32) {
         const __m128i hi = fp8_convert16(fmt, _mm512_mul_ps(v.hi, inv_scale));
-        _mm256_storeu_si256((__m256i *)p, _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+        const __m256i codes = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+        if (stream)
+            _mm256_stream_si256((__m256i *)p, codes);
+        else
+            _mm256_storeu_si256((__m256i *)p, codes);
+        return;
+    }
+    if (m == ALL32 && stream) {
+        _mm_stream_si128((__m128i *)p, lo);
         return;
     }
     _mm_mask_storeu_epi8(p, (__mmask16)m, lo);
@@ -217,8 +226,8 @@ static RP_ALWAYS_INLINE void rotate_line(rp_dtype dt, rp_dtype pool_dt, int stre
         store_line(dt, stream_pool, pool + at + half_bytes, out_y, m);
     } else if (pool) {
         const int64_t elem = dt == RP_F32 ? 4 : 2;
-        store_fp8_line(dt, pool_dt, pool + at / elem, out_x, m, inv_scale);
-        store_fp8_line(dt, pool_dt, pool + (at + half_bytes) / elem, out_y, m, inv_scale);
+        store_fp8_line(dt, pool_dt, stream_pool, pool + at / elem, out_x, m, inv_scale);
+        store_fp8_line(dt, pool_dt, stream_pool, pool + (at + half_bytes) / elem, out_y, m, inv_scale);
     }
 }
 
@@ -255,7 +264,7 @@ static RP_ALWAYS_INLINE void rotate_pairs_line(rp_dtype dt, rp_dtype pool_dt, in
     if (pool && pool_dt == dt)
         store_line(dt, stream_pool, pool + at, out, m);
     else if (pool)
-        store_fp8_line(dt, pool_dt, pool + at / (dt == RP_F32 ? 4 : 2), out, m, inv_scale);
+        store_fp8_line(dt, pool_dt, stream_pool, pool + at / (dt == RP_F32 ? 4 : 2), out, m, inv_scale);
 }
 
 static RP_ALWAYS_INLINE void simd_rotate_interleaved(rp_dtype dt, rp_dtype pool_dt, int stream_dst,
@@ -292,14 +301,14 @@ static RP_ALWAYS_INLINE void simd_copy(int stream, char *dst, const char *src, i
     }
 }
 
-static RP_ALWAYS_INLINE void simd_to_fp8(rp_dtype dt, rp_dtype pool_dt, uint8_t *dst, const char *src,
-                                         int64_t n, float inv_scale)
+static RP_ALWAYS_INLINE void simd_to_fp8(rp_dtype dt, rp_dtype pool_dt, int stream, uint8_t *dst,
+                                         const char *src, int64_t n, float inv_scale)
 {
     const int64_t elem = dt == RP_F32 ? 4 : 2, lanes = LINE_LANES(dt);
     const __m512 scale = _mm512_set1_ps(inv_scale);
     for (int64_t j = 0; j < n; j += lanes) {
         const __mmask32 m = n - j >= lanes ? ALL32 : (__mmask32)((1u << (n - j)) - 1);
-        store_fp8_line(dt, pool_dt, (char *)dst + j, load_line(dt, src + j * elem, m), m, scale);
+        store_fp8_line(dt, pool_dt, stream, (char *)dst + j, load_line(dt, src + j * elem, m), m, scale);
     }
 }
 

@@ -284,8 +284,8 @@ static RP_ALWAYS_INLINE void simd_copy(int stream, char *dst, const char *src, i
     memcpy(dst, src, (size_t)bytes);
 }
 
-static RP_ALWAYS_INLINE void simd_to_fp8(rp_dtype dt, rp_dtype pool_dt, uint8_t *dst, const char *src,
-                                         int64_t n, float inv_scale)
+static RP_ALWAYS_INLINE void simd_to_fp8(rp_dtype dt, rp_dtype pool_dt, int stream, uint8_t *dst,
+                                         const char *src, int64_t n, float inv_scale)
 {
     const int64_t elem = dt == RP_F32 ? 4 : 2;
     const float32x4_t scale = vdupq_n_f32(inv_scale);

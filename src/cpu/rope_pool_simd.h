@@ -22,8 +22,9 @@
  *
  * Pools: every row address comes from rp_pool_offset (flat, NHD, HND, any block size and
  * strides). fp8 pools (pool_dt an fp8 format) take fp8(x' * float32(1 / scale)) of the float32
- * rotated x', never of the rounded k_rot, and v's codes from v itself; their part-line stores
- * never stream.
+ * rotated x', never of the rounded k_rot, and v's codes from v itself. Their rows stream too when
+ * every vector store is an aligned piece of a line that the row's other stores complete (the
+ * write-combining buffer then writes whole lines, with no read-for-ownership).
  */
 #ifndef RP_CPU_ROPE_POOL_SIMD_H
 #define RP_CPU_ROPE_POOL_SIMD_H
@@ -67,11 +68,10 @@ static int simd_sincos(const double *inv_freq, int64_t n, double pos, double sca
 
 /* NeoX: rotates the pairs (x[j], x[j + half]) for j < n of one head row x = src (dtype dt; half
  * = R/2, the driver offsets src to a chunk), writing dst (which may be src: every pair is read
- * before it is written) and, unless pool is NULL, the pool head row `pool` (pointing at its pair 0
- * of this chunk) in format pool_dt: dt, or an fp8 format, which stores fp8(x' * inv_scale) of the
- * float32 x' (one rounding to fp8 of that product). cs/sn hold n entries. stream_dst / stream_pool
- * select streaming stores for dst / pool (never set for fp8 pools); dt, pool_dt and both flags
- * are constants once inlined. */
+ * before it is written) and, unless pool is NULL, the pool head row `pool` (at this chunk's pair
+ * 0) in format pool_dt: dt, or an fp8 format, which stores fp8(x' * inv_scale) of the float32 x'
+ * (one rounding to fp8 of that product). cs/sn hold n entries. stream_dst / stream_pool select
+ * streaming stores for dst / pool; dt, pool_dt and both flags are constants once inlined. */
 static RP_ALWAYS_INLINE void simd_rotate(rp_dtype dt, rp_dtype pool_dt, int stream_dst, int stream_pool,
                                          const char *src, char *dst, char *pool, int64_t half,
                                          int64_t n, const float *cs, const float *sn, float inv_scale);
@@ -89,10 +89,11 @@ static RP_ALWAYS_INLINE void simd_rotate_interleaved(rp_dtype dt, rp_dtype pool_
 /* Copies `bytes` bytes (a multiple of 2) from src to dst, with streaming stores if `stream`. */
 static RP_ALWAYS_INLINE void simd_copy(int stream, char *dst, const char *src, int64_t bytes);
 
-/* n elements of dtype dt at src to fp8 codes fp8(x * inv_scale) (pool_dt) at dst: the fp8 pool
- * copy of v, of k's pass-through dims, and of k_rot in the unfused scatter. */
-static RP_ALWAYS_INLINE void simd_to_fp8(rp_dtype dt, rp_dtype pool_dt, uint8_t *dst, const char *src,
-                                         int64_t n, float inv_scale);
+/* n elements of dtype dt at src to fp8 codes fp8(x * inv_scale) (pool_dt) at dst, with streaming
+ * stores if `stream`: the fp8 pool copy of v, of k's pass-through dims, and of k_rot in the
+ * unfused scatter. */
+static RP_ALWAYS_INLINE void simd_to_fp8(rp_dtype dt, rp_dtype pool_dt, int stream, uint8_t *dst,
+                                         const char *src, int64_t n, float inv_scale);
 
 /* Makes the streaming stores issued so far globally visible before the slice returns. */
 static inline void simd_stream_fence(void);
@@ -169,10 +170,13 @@ static int simd_streaming(const rp_problem *p)
             return 0;
         mode = SIMD_STAGE;
     }
-    /* fp8 rows are converted in part-line steps: they take ordinary stores. */
-    if (!rp_pool_is_fp8(p) && (p->v_head_dim * elem) % SIMD_LINE == 0 &&
-        simd_pool_rows_on_lines(p->k_pool, p->k_pool_stride, elem) &&
-        simd_pool_rows_on_lines(p->v_pool, p->v_pool_stride, elem))
+    /* fp8 rows take 8 to 32 bytes a vector step: whole lines only when every rotated segment and
+     * the pass-through part start on a line (R a multiple of 64 codes), and are not staged. */
+    const int fp8 = rp_pool_is_fp8(p), pool_elem = fp8 ? 1 : (int)elem;
+    const int fp8_lines = !fp8 || (R % SIMD_LINE == 0 && p->head_dim % SIMD_LINE == 0 && !(mode & SIMD_STAGE));
+    if (fp8_lines && (p->v_head_dim * pool_elem) % SIMD_LINE == 0 &&
+        simd_pool_rows_on_lines(p->k_pool, p->k_pool_stride, pool_elem) &&
+        simd_pool_rows_on_lines(p->v_pool, p->v_pool_stride, pool_elem))
         mode |= SIMD_STREAM_POOL;
     if (rp_cpu_bytes_moved(p) >= RP_STREAM_MIN_BYTES &&
         simd_rows_on_lines(p->q_rot, p->q_rot_stride, elem) &&
@@ -195,7 +199,7 @@ static RP_ALWAYS_INLINE void simd_to_pool(rp_dtype dt, rp_dtype pool_dt, int str
     if (pool_dt == dt)
         simd_copy(stream, pool, src, n * elem);
     else
-        simd_to_fp8(dt, pool_dt, (uint8_t *)pool, src, n, inv_scale);
+        simd_to_fp8(dt, pool_dt, stream, (uint8_t *)pool, src, n, inv_scale);
 }
 
 /* Writes the Hk head rows (n elements each) of token t in src to pool row `slot`: one span when
@@ -265,7 +269,7 @@ static RP_ALWAYS_INLINE void simd_head(const rp_problem *p, rp_dtype dt, rp_dtyp
         simd_copy(0, row + R * elem, src + R * elem, (D - R) * elem);
         simd_copy(stream_dst, dst, row, D * elem);
         if (fp8_pool)
-            simd_to_fp8(dt, pool_dt, (uint8_t *)pool + R, src + R * elem, D - R, inv_scale);
+            simd_to_fp8(dt, pool_dt, 0, (uint8_t *)pool + R, src + R * elem, D - R, inv_scale);
         else if (pool)
             simd_copy(stream_pool, pool, row, D * elem);
         return;
@@ -352,40 +356,32 @@ static RP_ALWAYS_INLINE void simd_rope_pool_slice(const rp_problem *p, rp_parts 
         simd_stream_fence();
 }
 
-/* fp8 pools (never SIMD_STREAM_POOL) in format fmt: the modes that stream rows or not. */
-static RP_ALWAYS_INLINE void simd_rope_pool_fp8(const rp_problem *p, rp_parts parts, int64_t t_begin,
-                                                int64_t t_end, rp_dtype dt, rp_dtype fmt, int mode)
+/* The streaming mode as a constant, for the pool format pool_dt (also a constant). */
+static RP_ALWAYS_INLINE void simd_rope_pool_modes(const rp_problem *p, rp_parts parts, int64_t t_begin,
+                                                  int64_t t_end, rp_dtype dt, rp_dtype pool_dt, int mode)
 {
-    enum { ROWS = SIMD_STREAM_ROWS, STAGE = SIMD_STAGE };
+    enum { ROWS = SIMD_STREAM_ROWS, POOL = SIMD_STREAM_POOL, STAGE = SIMD_STAGE };
     switch (mode) {
-    case ROWS: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, fmt, ROWS); break;
-    case STAGE | ROWS: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, fmt, STAGE | ROWS); break;
-    default: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, fmt, 0); break;
+    case POOL: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, pool_dt, POOL); break;
+    case ROWS: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, pool_dt, ROWS); break;
+    case ROWS | POOL: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, pool_dt, ROWS | POOL); break;
+    case STAGE | POOL: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, pool_dt, STAGE | POOL); break;
+    case STAGE | ROWS: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, pool_dt, STAGE | ROWS); break;
+    case STAGE | ROWS | POOL: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, pool_dt, STAGE | ROWS | POOL); break;
+    default: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, pool_dt, 0); break;
     }
 }
 
 static RP_ALWAYS_INLINE void simd_rope_pool(const rp_problem *p, rp_parts parts, int64_t t_begin,
                                             int64_t t_end, rp_dtype dt)
 {
-    enum { ROWS = SIMD_STREAM_ROWS, POOL = SIMD_STREAM_POOL, STAGE = SIMD_STAGE };
     const int mode = simd_streaming(p);
-    if (p->pool_dtype == RP_F8_E4M3) {
-        simd_rope_pool_fp8(p, parts, t_begin, t_end, dt, RP_F8_E4M3, mode);
-        return;
-    }
-    if (p->pool_dtype == RP_F8_E5M2) {
-        simd_rope_pool_fp8(p, parts, t_begin, t_end, dt, RP_F8_E5M2, mode);
-        return;
-    }
-    switch (mode) {
-    case POOL: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, dt, POOL); break;
-    case ROWS: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, dt, ROWS); break;
-    case ROWS | POOL: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, dt, ROWS | POOL); break;
-    case STAGE | POOL: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, dt, STAGE | POOL); break;
-    case STAGE | ROWS: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, dt, STAGE | ROWS); break;
-    case STAGE | ROWS | POOL: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, dt, STAGE | ROWS | POOL); break;
-    default: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, dt, 0); break;
-    }
+    if (p->pool_dtype == RP_F8_E4M3)
+        simd_rope_pool_modes(p, parts, t_begin, t_end, dt, RP_F8_E4M3, mode);
+    else if (p->pool_dtype == RP_F8_E5M2)
+        simd_rope_pool_modes(p, parts, t_begin, t_end, dt, RP_F8_E5M2, mode);
+    else
+        simd_rope_pool_modes(p, parts, t_begin, t_end, dt, dt, mode);
 }
 
 static void simd_rope_pool_f32(const rp_problem *p, rp_parts parts, int64_t t_begin, int64_t t_end)

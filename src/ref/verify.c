@@ -192,9 +192,15 @@ static void check_pool_row(const rp_problem *p, rp_verify_result *r, const char 
 
 void rp_ref_verify(const rp_problem *p, rp_verify_result *r)
 {
+    rp_ref_verify_parts(p, RP_PARTS_ALL, r);
+}
+
+void rp_ref_verify_parts(const rp_problem *p, rp_parts parts, rp_verify_result *r)
+{
     memset(r, 0, sizeof *r);
     const int64_t R = p->rotary_dim, half = R / 2, Hq = p->num_qo_heads, Hk = p->num_kv_heads;
     const int gptj = p->style == RP_ROPE_GPTJ, fp8 = rp_pool_is_fp8(p);
+    const int from_k_rot = fp8 && parts == RP_PARTS_SCATTER; /* the unfused scatter's fp8 pool */
     for (int64_t t = 0; t < p->num_tokens; t++) {
         const int64_t pos = rp_load_index(p->positions, p->pos_dtype, p->pos_stride, t);
         const int64_t slot = rp_load_index(p->slots, p->slot_dtype, p->slot_stride, t);
@@ -204,7 +210,7 @@ void rp_ref_verify(const rp_problem *p, rp_verify_result *r)
             const int64_t a = gptj ? 2 * j : j, b = gptj ? 2 * j + 1 : j + half;
             check_rotation(p, r, "q_rot", p->q, p->q_stride, p->q_rot, p->q_rot_stride, Hq, t, c, n, a, b, -1);
             check_rotation(p, r, "k_rot", p->k, p->k_stride, p->k_rot, p->k_rot_stride, Hk, t, c, n, a, b,
-                           fp8 ? slot : -1);
+                           fp8 && !from_k_rot ? slot : -1);
         }
         check_copy(p, r, "q_rot (pass-through, vs q)", p->q, p->q_stride, p->q_rot, p->q_rot_stride, Hq,
                    t, t, R);
@@ -212,7 +218,10 @@ void rp_ref_verify(const rp_problem *p, rp_verify_result *r)
                    t, t, R);
         if (slot < 0)
             continue;
-        if (fp8) /* the rotated dims were checked with the rotation; the pass-through ones hold k */
+        if (from_k_rot)
+            check_pool_row(p, r, "k_pool (fp8 of k_rot, unfused)", p->k_rot, p->k_rot_stride, p->k_pool,
+                           p->k_pool_stride, t, slot, 0, p->head_dim, p->k_scale);
+        else if (fp8) /* the rotated dims were checked with the rotation; the pass-through ones hold k */
             check_pool_row(p, r, "k_pool (pass-through, fp8 of k)", p->k, p->k_stride, p->k_pool,
                            p->k_pool_stride, t, slot, R, p->head_dim, p->k_scale);
         else

@@ -22,6 +22,11 @@ typedef struct rp_verify_result {
  * and its frequency table (p->inv_freq: rp_problem_fill_freq gives rope_base's). Host memory only. */
 void rp_ref_verify(const rp_problem *p, rp_verify_result *r);
 
+/* The same for the outputs of `parts`: with RP_PARTS_SCATTER after RP_PARTS_ROTATE (the unfused
+ * baseline), an fp8 k_pool holds fp8(k_rot / k_scale), the rounded k_rot quantised again, and is
+ * checked as such; everything else as rp_ref_verify. */
+void rp_ref_verify_parts(const rp_problem *p, rp_parts parts, rp_verify_result *r);
+
 #ifdef __cplusplus
 }
 #endif
