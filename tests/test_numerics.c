@@ -560,15 +560,16 @@ static void test_fast_kernels_round_subnormals_and_specials(void)
 /* Calls large enough for streaming stores (RP_STREAM_MIN_BYTES), with rows on cache lines so
  * that they stream, and shifted so that they cannot: within the bound, pools exact, nothing else
  * written, and bit-identical to the same tokens run as small calls with ordinary stores. The
- * variants cover the direct streaming path (segments of whole lines: NeoX 128, GPT-J 64 of 128)
- * and the staged one (NeoX 24 of 96, GPT-J 40 of 80). */
+ * variants cover the direct streaming path (segments of whole lines: NeoX 128, GPT-J 64 of 128),
+ * the staged one (NeoX 24 of 96, GPT-J 40 of 80) and none (bf16 NeoX 96: half a row is 1.5 lines). */
 static void test_fast_kernels_large_calls_stream_the_same_bits(void)
 {
     static const struct {
         int64_t D;
         rope_variant v;
     } cases[] = {{128, {RP_ROPE_NEOX, 0, TABLE_DEFAULT, 0.0}}, {128, {RP_ROPE_GPTJ, 64, TABLE_F64, 1.2}},
-                 {96, {RP_ROPE_NEOX, 24, TABLE_F32, 0.0}},     {80, {RP_ROPE_GPTJ, 40, TABLE_DEFAULT, 0.0}}};
+                 {96, {RP_ROPE_NEOX, 24, TABLE_F32, 0.0}},     {80, {RP_ROPE_GPTJ, 40, TABLE_DEFAULT, 0.0}},
+                 {96, {RP_ROPE_NEOX, 0, TABLE_DEFAULT, 0.0}}};
     const int64_t Hq = 8, Hk = 4;
     for (int l = 2; l < num_levels; l++) {
         if (!levels[l].supported)

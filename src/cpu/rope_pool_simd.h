@@ -155,9 +155,12 @@ enum { SIMD_STREAM_ROWS = 1, SIMD_STREAM_POOL = 2, SIMD_STAGE = 4 };
  * q_rot and k_rot stream only in calls beyond RP_STREAM_MIN_BYTES. Either needs every vector
  * store of its rows to cover whole, aligned cache lines, so the stream path never stores part.
  * The rotation's vectors do when each rotated segment (NeoX: R/2 elements, twice; GPT-J: R) is
- * whole lines. When only the row is (partial rotary such as GPT-NeoX's 24 of 96, or D = 96 in
- * 16-bit types), SIMD_STAGE rotates each head row into an L1 scratch row first and streams the
- * whole row from there: a few cached stores and loads instead of giving up streaming. */
+ * whole lines. When only the row is, in a partial-rotary call (GPT-NeoX's 24 of 96), SIMD_STAGE
+ * rotates each head row into an L1 scratch row first and streams the whole row from there: a few
+ * cached stores and loads instead of giving up streaming: on this VM, interleaved in one
+ * process, 0.64x the time of not streaming in calls large enough to stream their rows (GPT-NeoX
+ * shapes, T = 256 and 4096), but 1.16x at T = 1, so small calls do not stage. Full-rotary calls
+ * keep the seed's rule (no streaming, as for D = 96 in 16-bit types). */
 static int simd_streaming(const rp_problem *p)
 {
     const int64_t elem = (int64_t)rp_dtype_size(p->dtype), R = p->rotary_dim;
@@ -166,7 +169,7 @@ static int simd_streaming(const rp_problem *p)
         return 0;
     int mode = 0;
     if (segment % SIMD_LINE != 0) {
-        if (R / 2 > SIMD_CHUNK || p->head_dim * elem > SIMD_STAGE_BYTES)
+        if (R == p->head_dim || R / 2 > SIMD_CHUNK || p->head_dim * elem > SIMD_STAGE_BYTES)
             return 0;
         mode = SIMD_STAGE;
     }
@@ -182,6 +185,8 @@ static int simd_streaming(const rp_problem *p)
         simd_rows_on_lines(p->q_rot, p->q_rot_stride, elem) &&
         simd_rows_on_lines(p->k_rot, p->k_rot_stride, elem))
         mode |= SIMD_STREAM_ROWS;
+    if ((mode & SIMD_STAGE) && !(mode & SIMD_STREAM_ROWS))
+        return 0; /* staging for the pool rows alone does not pay (T = 1: 1.16x the time) */
     return mode;
 }
 
