@@ -1,0 +1,208 @@
+/*
+ * items.cuh — device code the two vectorized kernels (decode.cu, prefill.cu) share. An item is one
+ * frequency group of one head: ELEMS = 16 / sizeof(element) consecutive pairs (x[i], x[i + D/2]),
+ * i.e. two 16-byte vectors. Here: rotating an item with the block's cos/sin table, where its rows
+ * are (built before the wait: rp_item; or at use: head_place), and storing it where it goes.
+ */
+#ifndef RP_CUDA_ITEMS_CUH
+#define RP_CUDA_ITEMS_CUH
+
+#include "kernel_args.cuh"
+
+/* Rotates one item in place: lo = its pairs' first halves, hi = their second halves; cs[c] =
+ * (cos, sin) of pairs 2c and 2c + 1, read from the table at a stride of `cs_stride` float4s. */
+template <rp_dtype DT>
+__device__ __forceinline__ void rotate_vectors(uint4 *lo, uint4 *hi, const float4 *cs, int cs_stride)
+{
+    typedef rp_elem<DT> E;
+    constexpr int V = E::ELEMS;
+    float x[V], y[V], ox[V], oy[V];
+    E::unpack(*lo, x);
+    E::unpack(*hi, y);
+#pragma unroll
+    for (int c = 0; c < V / 2; c++) {
+        const float4 r = cs[c * cs_stride];
+        rp_rotate(x[2 * c], y[2 * c], r.x, r.y, &ox[2 * c], &oy[2 * c]);
+        rp_rotate(x[2 * c + 1], y[2 * c + 1], r.z, r.w, &ox[2 * c + 1], &oy[2 * c + 1]);
+    }
+    *lo = E::pack(ox);
+    *hi = E::pack(oy);
+}
+
+/* Which tensors an item (a frequency group of one head) reads and writes. */
+enum rp_item_kind { RP_ITEM_Q, RP_ITEM_K, RP_ITEM_V };
+
+/* Where one item is read and written: base addresses at row 0 (token 0, slot 0). Built from the
+ * parameters alone, before the kernel waits for the one before it: none of it depends on memory
+ * that kernel may write. The bytes from one row to the next depend only on the kind (rp_item_rows),
+ * so a thread holds 7 registers per item. */
+struct rp_item {
+    const char *src; /* q, k or v head row of token 0 (k_rot when only scattering)          */
+    char *out;       /* q_rot / k_rot head row of token 0; NULL when the item is not rotated */
+    char *pool;      /* k_pool / v_pool head row of slot 0; NULL when no pool is written      */
+    int kind;        /* rp_item_kind                                                          */
+};
+
+/* cond ? x : y for two parameter values. A plain select of two parameters may be compiled into one
+ * parameter load from a computed address, which the hardware serialises when the lanes of a warp
+ * pick different ones (measured: +7% time per prefill call on an H200); hiding where the values came
+ * from keeps two broadcast loads and a register select. */
+__device__ __forceinline__ long long rp_pick(bool cond, long long x, long long y)
+{
+    asm("" : "+l"(x));
+    asm("" : "+l"(y));
+    return cond ? x : y;
+}
+
+__device__ __forceinline__ const char *rp_pick(bool cond, const void *x, const void *y)
+{
+    return (const char *)rp_pick(cond, (long long)x, (long long)y);
+}
+
+/* The item of head h' (counted over the heads a call touches: q, then k, then v; k and v only when
+ * scattering) at element `first` of its head. Every stride is read with a constant offset and
+ * selected by value: no parameter is indexed at run time, so nothing is copied to local memory and
+ * no load waits on an address computation. */
+template <size_t ELEM, typename Args>
+__device__ __forceinline__ rp_item make_item(const Args &a, int h, long long first)
+{
+    h += a.parts == RP_PARTS_SCATTER ? a.num_qo_heads : 0;
+    const bool q = h < a.num_qo_heads, k = !q && h < a.num_qo_heads + a.num_kv_heads;
+    const int head = q ? h : k ? h - a.num_qo_heads : h - a.num_qo_heads - a.num_kv_heads;
+    const bool scatter = a.parts == RP_PARTS_SCATTER;
+    const char *k_in = rp_pick(scatter, a.k_rot, a.k);
+    const long long k_in_s1 = rp_pick(scatter, a.stride[T_K_ROT][1], a.stride[T_K][1]);
+    const char *in = rp_pick(q, a.q, rp_pick(k, k_in, a.v));
+    const long long in_s1 = rp_pick(q, a.stride[T_Q][1], rp_pick(k, k_in_s1, a.stride[T_V][1]));
+    const char *out = rp_pick(q, a.q_rot, a.k_rot);
+    const long long out_s1 = rp_pick(q, a.stride[T_Q_ROT][1], a.stride[T_K_ROT][1]);
+    const char *pool = rp_pick(k, a.k_pool, a.v_pool);
+    const long long pool_s1 = rp_pick(k, a.stride[T_K_POOL][1], a.stride[T_V_POOL][1]);
+    const long long e = (long long)ELEM;
+    rp_item it;
+    it.src = in + (head * in_s1 + first) * e;
+    it.out = !scatter && (q || k) ? (char *)out + (head * out_s1 + first) * e : NULL;
+    it.pool = a.parts != RP_PARTS_ROTATE && !q ? (char *)pool + (head * pool_s1 + first) * e : NULL;
+    it.kind = q ? RP_ITEM_Q : k ? RP_ITEM_K : RP_ITEM_V;
+    return it;
+}
+
+/* Bytes from one token's (slot's) row of an item's tensors to the next. */
+struct rp_item_rows {
+    long long src, out, pool;
+};
+
+template <size_t ELEM, typename Args>
+__device__ __forceinline__ rp_item_rows item_rows(const Args &a, int kind)
+{
+    const bool q = kind == RP_ITEM_Q, k = kind == RP_ITEM_K, scatter = a.parts == RP_PARTS_SCATTER;
+    rp_item_rows r;
+    const long long k_in = rp_pick(scatter, a.stride[T_K_ROT][0], a.stride[T_K][0]);
+    r.src = rp_pick(q, a.stride[T_Q][0], rp_pick(k, k_in, a.stride[T_V][0])) * (long long)ELEM;
+    r.out = rp_pick(q, a.stride[T_Q_ROT][0], a.stride[T_K_ROT][0]) * (long long)ELEM;
+    r.pool = rp_pick(k, a.stride[T_K_POOL][0], a.stride[T_V_POOL][0]) * (long long)ELEM;
+    return r;
+}
+
+/* Rotates one item of token t (lo = its pairs' first halves, hi = their second halves) when it is
+ * rotated, and stores it where it goes. cs[c] = (cos, sin) of the item's pairs 2c and 2c + 1,
+ * read from the table at a stride of `cs_stride` float4s. */
+template <rp_dtype DT>
+__device__ __forceinline__ void finish_item(const rp_item &it, const rp_item_rows &rows, uint4 lo, uint4 hi,
+                                            long long t, bool to_pool, long long slot, long long half_bytes,
+                                            const float4 *cs, int cs_stride)
+{
+    if (it.out) {
+        rotate_vectors<DT>(&lo, &hi, cs, cs_stride);
+        char *dst = it.out + t * rows.out;
+        *(uint4 *)dst = lo;
+        *(uint4 *)(dst + half_bytes) = hi;
+    }
+    if (it.pool && to_pool) {
+        char *dst = it.pool + slot * rows.pool;
+        *(uint4 *)dst = lo;
+        *(uint4 *)(dst + half_bytes) = hi;
+    }
+}
+
+/* ---- the prefill kernel's placement of heads (addresses computed where they are used) ----------- */
+
+/* Which tensor head h' (counted over the heads a call touches: q, then k, then v; k and v only
+ * when scattering) is, and its index within that tensor. */
+struct head_place {
+    int kind, head;
+};
+
+template <typename Args> __device__ __forceinline__ head_place place_head(const Args &a, int h)
+{
+    head_place pl;
+    h += a.parts == RP_PARTS_SCATTER ? a.num_qo_heads : 0;
+    if (h < a.num_qo_heads) {
+        pl.kind = RP_ITEM_Q;
+    } else if ((h -= a.num_qo_heads) < a.num_kv_heads) {
+        pl.kind = RP_ITEM_K;
+    } else {
+        pl.kind = RP_ITEM_V;
+        h -= a.num_kv_heads;
+    }
+    pl.head = h;
+    return pl;
+}
+
+/* Byte address of element `first` of (row, head). The candidates' strides are read with constant
+ * offsets and selected by value: no parameter is indexed at run time, so nothing waits on an
+ * address computation to read a parameter and nothing is copied to local memory. */
+template <size_t ELEM>
+__device__ __forceinline__ char *item_address(const void *base, long long s0, long long s1, long long row,
+                                              int head, long long first)
+{
+    return (char *)base + (row * s0 + head * s1 + first) * (long long)ELEM;
+}
+
+/* The row an item reads: q, k (k_rot when only scattering) or v. */
+template <size_t ELEM, typename Args>
+__device__ __forceinline__ const char *source_address(const Args &a, const head_place &pl, long long t,
+                                                      long long first)
+{
+    const bool q = pl.kind == RP_ITEM_Q, k = pl.kind == RP_ITEM_K, scatter = a.parts == RP_PARTS_SCATTER;
+    const void *base = q ? a.q : k ? (scatter ? a.k_rot : a.k) : a.v;
+    const long long s0 = q ? a.stride[T_Q][0] : k ? (scatter ? a.stride[T_K_ROT][0] : a.stride[T_K][0]) : a.stride[T_V][0];
+    const long long s1 = q ? a.stride[T_Q][1] : k ? (scatter ? a.stride[T_K_ROT][1] : a.stride[T_K][1]) : a.stride[T_V][1];
+    return item_address<ELEM>(base, s0, s1, t, pl.head, first);
+}
+
+/* Rotates one item (lo = its pairs' first halves, hi = their second halves; elements `first` ..
+ * `first` + ELEMS - 1 of the head) and stores it where it goes. cs[c] = (cos, sin) of the item's
+ * pairs 2c and 2c + 1, read from the table at a stride of `cs_stride` float4s. */
+template <rp_dtype DT, typename Args>
+__device__ __forceinline__ void finish_placed_item(const Args &a, const head_place &pl, uint4 lo, uint4 hi,
+                                            long long t, long long slot, long long first,
+                                            long long half_bytes, const float4 *cs, int cs_stride)
+{
+    constexpr size_t ELEM = sizeof(typename rp_elem<DT>::storage);
+    const bool to_pool = a.parts != RP_PARTS_ROTATE && slot >= 0 && slot < a.pool_size;
+    if (pl.kind == RP_ITEM_V || a.parts == RP_PARTS_SCATTER) { /* bit copy into the pool */
+        if (to_pool) {
+            const bool v = pl.kind == RP_ITEM_V;
+            char *dst = item_address<ELEM>(v ? a.v_pool : a.k_pool, v ? a.stride[T_V_POOL][0] : a.stride[T_K_POOL][0],
+                                           v ? a.stride[T_V_POOL][1] : a.stride[T_K_POOL][1], slot, pl.head, first);
+            *(uint4 *)dst = lo;
+            *(uint4 *)(dst + half_bytes) = hi;
+        }
+        return;
+    }
+    uint4 out_lo = lo, out_hi = hi;
+    rotate_vectors<DT>(&out_lo, &out_hi, cs, cs_stride);
+    const bool is_q = pl.kind == RP_ITEM_Q;
+    char *dst = item_address<ELEM>(is_q ? a.q_rot : a.k_rot, is_q ? a.stride[T_Q_ROT][0] : a.stride[T_K_ROT][0],
+                                   is_q ? a.stride[T_Q_ROT][1] : a.stride[T_K_ROT][1], t, pl.head, first);
+    *(uint4 *)dst = out_lo;
+    *(uint4 *)(dst + half_bytes) = out_hi;
+    if (!is_q && to_pool) {
+        char *pool = item_address<ELEM>(a.k_pool, a.stride[T_K_POOL][0], a.stride[T_K_POOL][1], slot, pl.head, first);
+        *(uint4 *)pool = out_lo;
+        *(uint4 *)(pool + half_bytes) = out_hi;
+    }
+}
+
+#endif /* RP_CUDA_ITEMS_CUH */
