@@ -20,33 +20,34 @@
  * its item's addresses and (if it builds the table) its frequency: with programmatic dependent
  * launch that work overlaps the previous kernel, and after the wait a decode call is one chain of loads,
  * float64 sin/cos, one barrier, rotation and stores. */
-template <rp_dtype DT, int HALF, int FREQ_CAP>
+template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP>
 __global__ void __launch_bounds__(rp_block_threads(1))
 rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
 {
     typedef rp_elem<DT> E;
     constexpr int V = E::ELEMS;
     constexpr size_t ELEM = sizeof(typename E::storage);
-    const long long half_bytes = (long long)(HALF ? HALF : a.half_dim) * (long long)ELEM;
     /* [tokens][V/2][groups of the block] float4: (cos, sin) of pairs 2c and 2c + 1 of a group,
      * laid out so that a warp's consecutive groups read consecutive 16 bytes. */
     extern __shared__ float4 table[];
 
     rp_let_next_kernel_launch();
     const int GB = blockDim.x, HY = blockDim.y, Y = blockDim.z;
-    const long long first = (long long)(blockIdx.y * GB + threadIdx.x) * V; /* in its head */
+    const int group = blockIdx.y * GB + threadIdx.x;
+    const rp_group gr = group_of<STYLE, HALF, ELEM>(a, group);
+    const long long first = gr.first, half_bytes = gr.hi_bytes, pair0 = (long long)group * V;
     const long long T = a.num_tokens, num_tiles = a.num_tiles;
     const bool rotates = a.parts != RP_PARTS_SCATTER, uses_slot = a.parts != RP_PARTS_ROTATE;
     float4 *cs = table + threadIdx.z * (GB * V / 2) + threadIdx.x;
-    /* Threads y < V build the table: pair y (y + HY, ...) of their group. */
-    const bool builds_table = rotates && (int)threadIdx.y < V;
-    const double freq = builds_table ? a.inv_freq[first + threadIdx.y] : 0.0;
+    /* Threads y < V of a rotated group build the table: pair y (y + HY, ...) of their group. */
+    const bool builds_table = rotates && (int)threadIdx.y < V && gr.rotated;
+    const double freq = builds_table ? a.inv_freq[pair0 + threadIdx.y] : 0.0;
     /* This thread's item (head y; junk, and unused, when y >= heads), before the wait. */
     const rp_item item = make_item<ELEM>(a, threadIdx.y, first);
     const rp_item_rows rows = item_rows<ELEM>(a, item.kind);
     unsigned long long ready = (unsigned long long)__double_as_longlong(freq);
     ready ^= (unsigned long long)item.src ^ (unsigned long long)item.out ^ (unsigned long long)item.pool ^
-             (unsigned long long)(rows.src ^ rows.out ^ rows.pool);
+             (unsigned long long)(rows.src ^ rows.out ^ rows.pool ^ half_bytes);
     /* Every 64-byte line of the scalar parameters, so that the reads after the wait hit. */
     const unsigned *words = (const unsigned *)&a;
 #pragma unroll
@@ -81,8 +82,8 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
             if (builds_table && token_ok)
                 for (int j = threadIdx.y; j < V; j += HY) { /* more than once only when HY < V */
                     float s, c;
-                    const double f = j == (int)threadIdx.y ? freq : a.inv_freq[first + j];
-                    rp_angle_sincos((double)rp_index_value(pos, a.pos64) * f, &s, &c);
+                    const double f = j == (int)threadIdx.y ? freq : a.inv_freq[pair0 + j];
+                    rp_angle_sincos((double)rp_index_value(pos, a.pos64) * f, a.scale, &s, &c);
                     float *entry = (float *)&cs[(j / 2) * GB] + (j % 2) * 2;
                     entry[0] = c;
                     entry[1] = s;
@@ -94,13 +95,13 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
         const long long slot = uses_slot ? rp_index_value(slot_words, a.slot64) : -1;
         const bool to_pool = slot >= 0 && slot < a.pool_size;
         if (token_ok && (int)threadIdx.y < a.heads)
-            finish_item<DT>(item, rows, lo, hi, t, to_pool, slot, half_bytes, cs, GB);
+            finish_item<DT, STYLE>(item, rows, lo, hi, t, to_pool, slot, half_bytes, gr.rotated, cs, GB);
         for (int h = threadIdx.y + HY; token_ok && h < a.heads; h += HY) {
             const rp_item it = make_item<ELEM>(a, h, first);
             const rp_item_rows r = item_rows<ELEM>(a, it.kind);
             const char *p = it.src + t * r.src;
-            finish_item<DT>(it, r, *(const uint4 *)p, *(const uint4 *)(p + half_bytes), t, to_pool, slot, half_bytes,
-                            cs, GB);
+            finish_item<DT, STYLE>(it, r, *(const uint4 *)p, *(const uint4 *)(p + half_bytes), t, to_pool, slot,
+                                   half_bytes, gr.rotated, cs, GB);
         }
         if (threadIdx.x == 0 && threadIdx.y == 0 && blockIdx.y == 0 && slot >= a.pool_size)
             rp_record_bad_slot(a.status, t, slot, a.pool_size);
@@ -109,11 +110,11 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
     }
 }
 
-template <rp_dtype DT, int HALF, int FREQ_CAP> rp_kernel_fn<FREQ_CAP> rp_decode_kernel(void)
+template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP> rp_kernel_fn<FREQ_CAP> rp_decode_kernel(void)
 {
-    return rope_pool_decode<DT, HALF, FREQ_CAP>;
+    return rope_pool_decode<DT, STYLE, HALF, FREQ_CAP>;
 }
 
-#define RP_INSTANTIATE_DECODE(DT, HALF, FREQ_CAP)                                                              \
-    template rp_kernel_fn<FREQ_CAP> rp_decode_kernel<DT, HALF, FREQ_CAP>(void);
+#define RP_INSTANTIATE_DECODE(DT, STYLE, HALF, FREQ_CAP)                                                       \
+    template rp_kernel_fn<FREQ_CAP> rp_decode_kernel<DT, STYLE, HALF, FREQ_CAP>(void);
 RP_VECTOR_VARIANTS(RP_INSTANTIATE_DECODE)

@@ -11,17 +11,18 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-/* sin and cos of angle = position * inv_freq, with src/cpu/sincos.h's algorithm: k = rint(angle *
- * 2/pi), a two-step Cody-Waite reduction that is exact for |k| < 2^31, fdlibm's polynomials; larger
- * angles (int64 positions only) use CUDA's sin/cos, which reduce exactly at any size. Both are
- * then rounded once to float32, as the contract says. */
-__device__ __forceinline__ void rp_angle_sincos(double angle, float *s_out, float *c_out)
+/* scale * sin and scale * cos of angle = position * inv_freq (scale = attention_scaling), with
+ * src/cpu/sincos.h's algorithm: k = rint(angle * 2/pi), a two-step Cody-Waite reduction that is
+ * exact for |k| < 2^31, fdlibm's polynomials; larger angles (int64 positions only) use CUDA's
+ * sin/cos, which reduce exactly at any size. The products with scale are float64 too, and each
+ * result is rounded once to float32, as the contract says (scale = 1 multiplies exactly). */
+__device__ __forceinline__ void rp_angle_sincos(double angle, double scale, float *s_out, float *c_out)
 {
     if (!(fabs(angle) < RP_SINCOS_FAST_LIMIT)) {
         double s, c;
         sincos(angle, &s, &c);
-        *s_out = (float)s;
-        *c_out = (float)c;
+        *s_out = (float)(scale * s);
+        *c_out = (float)(scale * c);
         return;
     }
     const double k = rint(angle * RP_TWO_OVER_PI);
@@ -33,7 +34,8 @@ __device__ __forceinline__ void rp_angle_sincos(double angle, float *s_out, floa
         RP_COS_C1 + z * (RP_COS_C2 + z * (RP_COS_C3 + z * (RP_COS_C4 + z * (RP_COS_C5 + z * RP_COS_C6))));
     const double sr = r + r * z * sin_poly;
     const double cr = 1.0 - 0.5 * z + z * z * cos_poly;
-    const float fs = (float)sr, fc = (float)cr;
+    /* negation commutes with the scaling and the rounding: scale first, then pick the quadrant */
+    const float fs = (float)(scale * sr), fc = (float)(scale * cr);
     switch ((int)((long long)k & 3)) {
     case 0: *s_out = fs; *c_out = fc; break;
     case 1: *s_out = fc; *c_out = -fs; break;

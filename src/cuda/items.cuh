@@ -1,17 +1,49 @@
 /*
- * items.cuh — device code the two vectorized kernels (decode.cu, prefill.cu) share. An item is one
- * frequency group of one head: ELEMS = 16 / sizeof(element) consecutive pairs (x[i], x[i + D/2]),
- * i.e. two 16-byte vectors. Here: rotating an item with the block's cos/sin table, where its rows
- * are (built before the wait: rp_item; or at use: head_place), and storing it where it goes.
+ * items.cuh — device code the two vectorized kernels (decode.cu, prefill.cu) share. A head row of
+ * D elements is cut into D / (2 ELEMS) groups of two 16-byte vectors (ELEMS = 16 / sizeof(element));
+ * an item is one group of one head. Groups g < rot_groups rotate ELEMS pairs, g * ELEMS ..
+ * g * ELEMS + ELEMS - 1: NeoX pairs (x[j], x[j + R/2]), so lo = x[g ELEMS ..] and hi = lo + R/2;
+ * GPT-J pairs (x[2j], x[2j + 1]), so lo and hi are the two consecutive vectors at 2 g ELEMS. The
+ * other groups are the pass-through dims [R, D), two consecutive vectors each, bit copies. Here:
+ * the groups' geometry, rotating an item with the block's cos/sin table, where its rows are (built
+ * before the wait: rp_item; or at use: head_place), and storing it where it goes.
  */
 #ifndef RP_CUDA_ITEMS_CUH
 #define RP_CUDA_ITEMS_CUH
 
 #include "kernel_args.cuh"
 
-/* Rotates one item in place: lo = its pairs' first halves, hi = their second halves; cs[c] =
- * (cos, sin) of pairs 2c and 2c + 1, read from the table at a stride of `cs_stride` float4s. */
-template <rp_dtype DT>
+/* One group of a head row: its first element, the bytes from its lo vector to its hi vector, and
+ * whether it rotates. HALF > 0 is compiled for NeoX over the whole head (R = D = 2 HALF): every
+ * group rotates and the offset is a constant. */
+struct rp_group {
+    long long first;
+    long long hi_bytes;
+    bool rotated;
+};
+
+template <int STYLE, int HALF, size_t ELEM, typename Args>
+__device__ __forceinline__ rp_group group_of(const Args &a, int g)
+{
+    constexpr int V = (int)(16 / ELEM);
+    rp_group gr;
+    if (HALF) {
+        gr.first = (long long)g * V;
+        gr.hi_bytes = (long long)HALF * (long long)ELEM;
+        gr.rotated = true;
+        return gr;
+    }
+    gr.rotated = g < a.rot_groups;
+    const long long neox_first = (long long)g * V, pass_first = a.rotary_dim + 2LL * (g - a.rot_groups) * V;
+    gr.first = !gr.rotated ? pass_first : STYLE == RP_ROPE_GPTJ ? 2 * neox_first : neox_first;
+    gr.hi_bytes = gr.rotated && STYLE == RP_ROPE_NEOX ? (long long)a.rot_half * (long long)ELEM : 16;
+    return gr;
+}
+
+/* Rotates one item in place (lo, hi: its two vectors, see above) with the table's entries of its
+ * pairs: cs[c] = (cos, sin) of the group's pairs 2c and 2c + 1, read at a stride of `cs_stride`
+ * float4s. */
+template <rp_dtype DT, int STYLE>
 __device__ __forceinline__ void rotate_vectors(uint4 *lo, uint4 *hi, const float4 *cs, int cs_stride)
 {
     typedef rp_elem<DT> E;
@@ -19,11 +51,22 @@ __device__ __forceinline__ void rotate_vectors(uint4 *lo, uint4 *hi, const float
     float x[V], y[V], ox[V], oy[V];
     E::unpack(*lo, x);
     E::unpack(*hi, y);
+    if (STYLE == RP_ROPE_NEOX) {
 #pragma unroll
-    for (int c = 0; c < V / 2; c++) {
-        const float4 r = cs[c * cs_stride];
-        rp_rotate(x[2 * c], y[2 * c], r.x, r.y, &ox[2 * c], &oy[2 * c]);
-        rp_rotate(x[2 * c + 1], y[2 * c + 1], r.z, r.w, &ox[2 * c + 1], &oy[2 * c + 1]);
+        for (int c = 0; c < V / 2; c++) {
+            const float4 r = cs[c * cs_stride];
+            rp_rotate(x[2 * c], y[2 * c], r.x, r.y, &ox[2 * c], &oy[2 * c]);
+            rp_rotate(x[2 * c + 1], y[2 * c + 1], r.z, r.w, &ox[2 * c + 1], &oy[2 * c + 1]);
+        }
+    } else { /* pairs (x[2c], x[2c + 1]) in lo, then (y[2c], y[2c + 1]) in hi */
+#pragma unroll
+        for (int c = 0; c < V / 4; c++) {
+            const float4 r = cs[c * cs_stride], u = cs[(c + V / 4) * cs_stride];
+            rp_rotate(x[4 * c], x[4 * c + 1], r.x, r.y, &ox[4 * c], &ox[4 * c + 1]);
+            rp_rotate(x[4 * c + 2], x[4 * c + 3], r.z, r.w, &ox[4 * c + 2], &ox[4 * c + 3]);
+            rp_rotate(y[4 * c], y[4 * c + 1], u.x, u.y, &oy[4 * c], &oy[4 * c + 1]);
+            rp_rotate(y[4 * c + 2], y[4 * c + 3], u.z, u.w, &oy[4 * c + 2], &oy[4 * c + 3]);
+        }
     }
     *lo = E::pack(ox);
     *hi = E::pack(oy);
@@ -104,16 +147,17 @@ __device__ __forceinline__ rp_item_rows item_rows(const Args &a, int kind)
     return r;
 }
 
-/* Rotates one item of token t (lo = its pairs' first halves, hi = their second halves) when it is
- * rotated, and stores it where it goes. cs[c] = (cos, sin) of the item's pairs 2c and 2c + 1,
+/* Rotates one item of token t (lo, hi: its two vectors, half_bytes apart) when it is a q or k item
+ * of a rotated group, and stores it where it goes. cs[c] = (cos, sin) of the item's pairs 2c and 2c + 1,
  * read from the table at a stride of `cs_stride` float4s. */
-template <rp_dtype DT>
+template <rp_dtype DT, int STYLE>
 __device__ __forceinline__ void finish_item(const rp_item &it, const rp_item_rows &rows, uint4 lo, uint4 hi,
                                             long long t, bool to_pool, long long slot, long long half_bytes,
-                                            const float4 *cs, int cs_stride)
+                                            bool rotated, const float4 *cs, int cs_stride)
 {
     if (it.out) {
-        rotate_vectors<DT>(&lo, &hi, cs, cs_stride);
+        if (rotated)
+            rotate_vectors<DT, STYLE>(&lo, &hi, cs, cs_stride);
         char *dst = it.out + t * rows.out;
         *(uint4 *)dst = lo;
         *(uint4 *)(dst + half_bytes) = hi;
@@ -174,10 +218,10 @@ __device__ __forceinline__ const char *source_address(const Args &a, const head_
 /* Rotates one item (lo = its pairs' first halves, hi = their second halves; elements `first` ..
  * `first` + ELEMS - 1 of the head) and stores it where it goes. cs[c] = (cos, sin) of the item's
  * pairs 2c and 2c + 1, read from the table at a stride of `cs_stride` float4s. */
-template <rp_dtype DT, typename Args>
+template <rp_dtype DT, int STYLE, typename Args>
 __device__ __forceinline__ void finish_placed_item(const Args &a, const head_place &pl, uint4 lo, uint4 hi,
                                             long long t, long long slot, long long first,
-                                            long long half_bytes, const float4 *cs, int cs_stride)
+                                            long long half_bytes, bool rotated, const float4 *cs, int cs_stride)
 {
     constexpr size_t ELEM = sizeof(typename rp_elem<DT>::storage);
     const bool to_pool = a.parts != RP_PARTS_ROTATE && slot >= 0 && slot < a.pool_size;
@@ -192,7 +236,8 @@ __device__ __forceinline__ void finish_placed_item(const Args &a, const head_pla
         return;
     }
     uint4 out_lo = lo, out_hi = hi;
-    rotate_vectors<DT>(&out_lo, &out_hi, cs, cs_stride);
+    if (rotated)
+        rotate_vectors<DT, STYLE>(&out_lo, &out_hi, cs, cs_stride);
     const bool is_q = pl.kind == RP_ITEM_Q;
     char *dst = item_address<ELEM>(is_q ? a.q_rot : a.k_rot, is_q ? a.stride[T_Q_ROT][0] : a.stride[T_K_ROT][0],
                                    is_q ? a.stride[T_Q_ROT][1] : a.stride[T_K_ROT][1], t, pl.head, first);

@@ -6,7 +6,7 @@
  *
  * Vectorized kernels (the fast path): decode and prefill. An item is one frequency group of one
  * head: ELEMS = 16 / sizeof(element) consecutive pairs (x[i], x[i + D/2]), i.e. two 16-byte vectors.
- * A block is (groups, heads, tokens): consecutive threads take consecutive groups of a head row, so
+ * (items.cuh says how a head row is cut into groups for each style and rotary_dim.) A block is (groups, heads, tokens): consecutive threads take consecutive groups of a head row, so
  * a warp reads and writes whole runs of 16-byte vectors. Each thread first issues the loads of the
  * token's position (if it helps build the table), of its first items and of the token's slot;
  * then the block computes its (token, frequency) cos/sin table once, in float64, into shared
@@ -16,12 +16,12 @@
  *   - Decode (one item per thread) is bound by that chain of latencies: its blocks take a few
  *     groups of one token, so that a token spreads over several multiprocessors, and every thread
  *     turns the parameters into addresses before the wait, overlapping the previous kernel.
- *   - Prefill (2 or 4 items per thread) is bound by bytes in flight: a block takes a whole token,
+ *   - Prefill (RP_PREFILL_PREFETCH items per thread) is bound by bytes in flight: a block takes a whole token,
  *     each thread prefetches several heads and computes addresses where it uses them.
  * The plan (plan.cu) picks by items per thread.
  *
- * Strided kernel (every other layout: head_dim not contiguous, rows not 16-byte aligned, D/2 not
- * a multiple of ELEMS). One thread per (token, frequency): it computes that angle once and walks
+ * Strided kernel (every other layout: head_dim not contiguous, rows not 16-byte aligned, D/2 or
+ * R/2 not a multiple of ELEMS). One thread per (token, frequency): it computes that angle once and walks
  * all heads. Plain element loads; the same numerics.
  *
  * All of them never write a pool row whose slot is negative or >= P; the latter is recorded in the
@@ -38,17 +38,20 @@ template <int FREQ_CAP> using rp_kernel_fn = void (*)(rp_kernel_args<FREQ_CAP>);
 /* Each kernel file returns its compiled variants through these host functions: a __global__
  * template's launch stub is local to its file (nvcc's -static-global-template-stub, the default in
  * whole-program mode), a plain host function is not.
- * HALF: head_dim / 2 when compiled for one head_dim, 0 for any (up to FREQ_CAP). PREFETCH: items
- * per thread whose loads are issued before the table is built (2 or 4). */
-template <rp_dtype DT, int HALF, int FREQ_CAP> rp_kernel_fn<FREQ_CAP> rp_decode_kernel(void);
-template <rp_dtype DT, int HALF, int FREQ_CAP, int PREFETCH> rp_kernel_fn<FREQ_CAP> rp_prefill_kernel(void);
+ * STYLE: rp_rope_style. HALF: head_dim / 2 when compiled for NeoX over the whole head of one
+ * head_dim, 0 for any head_dim and rotary_dim (frequencies up to FREQ_CAP). */
+template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP> rp_kernel_fn<FREQ_CAP> rp_decode_kernel(void);
+template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP> rp_kernel_fn<FREQ_CAP> rp_prefill_kernel(void);
 template <rp_dtype DT, int FREQ_CAP> rp_kernel_fn<FREQ_CAP> rp_strided_kernel(void);
 
-/* The compiled variants. head_dim becomes a compile-time constant for the common sizes (64, 128,
- * 256); the others run the same code with a runtime head_dim. X(DT, HALF, FREQ_CAP) per vectorized
- * variant; S(DT, FREQ_CAP) per strided one. */
+/* The compiled variants, X(DT, STYLE, HALF, FREQ_CAP) per vectorized one and S(DT, FREQ_CAP) per
+ * strided one. NeoX over the whole head, the seed's call, gets head_dim as a compile-time constant
+ * for the common sizes (64, 128, 256); every other call runs the same code with runtime sizes. The
+ * style is a compile-time constant: it decides the shape of the rotation's inner loop. */
 #define RP_VECTOR_VARIANTS_OF(X, DT)                                                                           \
-    X(DT, 32, 32) X(DT, 64, 64) X(DT, 128, 128) X(DT, 0, 256) X(DT, 0, RP_CUDA_MAX_HEAD_DIM / 2)
+    X(DT, RP_ROPE_NEOX, 32, 32) X(DT, RP_ROPE_NEOX, 64, 64) X(DT, RP_ROPE_NEOX, 128, 128)                      \
+    X(DT, RP_ROPE_NEOX, 0, 256) X(DT, RP_ROPE_NEOX, 0, RP_CUDA_MAX_HEAD_DIM / 2)                               \
+    X(DT, RP_ROPE_GPTJ, 0, 256) X(DT, RP_ROPE_GPTJ, 0, RP_CUDA_MAX_HEAD_DIM / 2)
 #define RP_VECTOR_VARIANTS(X)                                                                                  \
     RP_VECTOR_VARIANTS_OF(X, RP_F32) RP_VECTOR_VARIANTS_OF(X, RP_F16) RP_VECTOR_VARIANTS_OF(X, RP_BF16)
 #define RP_STRIDED_VARIANTS_OF(S, DT) S(DT, 256) S(DT, RP_CUDA_MAX_HEAD_DIM / 2)

@@ -13,7 +13,7 @@ enum {
      * multiprocessor; its threads then prefetch this many heads. Smaller calls give each block
      * this many frequency groups of a token. */
     LARGE_CALL_TOKENS_PER_SM = 4,
-    LARGE_CALL_PREFETCH = 2,
+    LARGE_CALL_PREFETCH = RP_PREFILL_PREFETCH,
     MIN_LARGE_CALL_BLOCK_THREADS = 64, /* below, several tokens share a block; one measured best */
     DECODE_GROUPS_PER_BLOCK = 4,
     MAX_TABLE_BYTES = 48 * 1024,
@@ -44,7 +44,9 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
     const long long heads = parts == RP_PARTS_ALL ? Hq + 2 * Hk : parts == RP_PARTS_ROTATE ? Hq + Hk : 2 * Hk;
     const long long groups = half_dim / per_vector;
 
-    plan.vectorized = p->inner_contiguous && half_dim % per_vector == 0 && groups <= MAX_GROUPS &&
+    /* Every group (items.cuh) is two whole vectors: rotated pairs and pass-through dims alike. */
+    plan.vectorized = p->inner_contiguous && half_dim % per_vector == 0 && (p->rotary_dim / 2) % per_vector == 0 &&
+                      groups <= MAX_GROUPS &&
                       heads <= INT_MAX / 2 &&
                       rows_aligned(p->q, p->q_stride, T, Hq, elem) &&
                       rows_aligned(p->k, p->k_stride, T, Hk, elem) &&

@@ -4,26 +4,26 @@
 #include "items.cuh"
 #include "kernels.cuh"
 
-/* The prefill kernel: PREFETCH (2 or 4) heads per thread whose loads are issued before the table
+/* The prefill kernel: PREFETCH (RP_PREFILL_PREFETCH) heads per thread whose loads are issued before the table
  * is built, so that each multiprocessor keeps enough bytes in flight; the geometry is the decode
  * kernel's, with a block taking whole tokens. Addresses are computed where they are used (after
  * the wait): holding them across the barrier cost registers and 7% of the time of a prefill call
  * (bench/results/cuda-h200-tuning.md). */
-template <rp_dtype DT, int HALF, int FREQ_CAP, int PREFETCH>
+template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, int PREFETCH>
 __global__ void __launch_bounds__(rp_block_threads(PREFETCH))
 rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
 {
     typedef rp_elem<DT> E;
     constexpr int V = E::ELEMS;
     constexpr size_t ELEM = sizeof(typename E::storage);
-    const long long half_bytes = (long long)(HALF ? HALF : a.half_dim) * (long long)ELEM;
     /* [tokens][V/2][groups of the block] float4: (cos, sin) of pairs 2c and 2c + 1 of a group,
      * laid out so that a warp's consecutive groups read consecutive 16 bytes. */
     extern __shared__ float4 table[];
 
     const int GB = blockDim.x, HY = blockDim.y, Y = blockDim.z;
     const int group = blockIdx.y * GB + threadIdx.x;
-    const long long first = (long long)group * V; /* the item's first element in its head */
+    const rp_group gr = group_of<STYLE, HALF, ELEM>(a, group);
+    const long long first = gr.first, half_bytes = gr.hi_bytes, pair0 = (long long)group * V;
     const long long T = a.num_tokens, num_tiles = a.num_tiles;
     const bool rotates = a.parts != RP_PARTS_SCATTER;
     float4 *cs = table + threadIdx.z * (GB * V / 2) + threadIdx.x;
@@ -34,8 +34,9 @@ rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
         const long long t = tile * Y + threadIdx.z;
         const bool token_ok = t < T;
 
-        /* 0. The position, first: it heads the longest chain (threads y < V build the table). */
-        const bool builds_table = rotates && token_ok && (int)threadIdx.y < V;
+        /* 0. The position, first: it heads the longest chain (threads y < V of a rotated group
+         * build the table). */
+        const bool builds_table = rotates && token_ok && (int)threadIdx.y < V && gr.rotated;
         rp_index_words pos = {0, 0};
         if (builds_table)
             pos = rp_index_issue(a.positions, a.pos64, a.pos_stride, t);
@@ -62,7 +63,8 @@ rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
             if (builds_table)
                 for (int j = threadIdx.y; j < V; j += HY) {
                     float s, c;
-                    rp_angle_sincos((double)rp_index_value(pos, a.pos64) * a.inv_freq[first + j], &s, &c);
+                    rp_angle_sincos((double)rp_index_value(pos, a.pos64) * a.inv_freq[pair0 + j], a.scale, &s,
+                                    &c);
                     float *entry = (float *)&cs[(j / 2) * GB] + (j % 2) * 2;
                     entry[0] = c;
                     entry[1] = s;
@@ -76,13 +78,14 @@ rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
         for (int j = 0; j < PREFETCH; j++) {
             const int h = threadIdx.y + j * HY;
             if (token_ok && h < a.heads)
-                finish_placed_item<DT>(a, place_head(a, h), lo[j], hi[j], t, slot, first, half_bytes, cs, GB);
+                finish_placed_item<DT, STYLE>(a, place_head(a, h), lo[j], hi[j], t, slot, first, half_bytes,
+                                              gr.rotated, cs, GB);
         }
         for (int h = threadIdx.y + PREFETCH * HY; token_ok && h < a.heads; h += HY) {
             const head_place pl = place_head(a, h);
             const char *p = source_address<ELEM>(a, pl, t, first);
-            finish_placed_item<DT>(a, pl, *(const uint4 *)p, *(const uint4 *)(p + half_bytes), t, slot, first,
-                            half_bytes, cs, GB);
+            finish_placed_item<DT, STYLE>(a, pl, *(const uint4 *)p, *(const uint4 *)(p + half_bytes), t, slot,
+                                          first, half_bytes, gr.rotated, cs, GB);
         }
         if (threadIdx.x == 0 && threadIdx.y == 0 && blockIdx.y == 0 && slot >= a.pool_size)
             rp_record_bad_slot(a.status, t, slot, a.pool_size);
@@ -91,12 +94,11 @@ rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
     }
 }
 
-template <rp_dtype DT, int HALF, int FREQ_CAP, int PREFETCH> rp_kernel_fn<FREQ_CAP> rp_prefill_kernel(void)
+template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP> rp_kernel_fn<FREQ_CAP> rp_prefill_kernel(void)
 {
-    return rope_pool_prefill<DT, HALF, FREQ_CAP, PREFETCH>;
+    return rope_pool_prefill<DT, STYLE, HALF, FREQ_CAP, RP_PREFILL_PREFETCH>;
 }
 
-#define RP_INSTANTIATE_PREFILL(DT, HALF, FREQ_CAP)                                                             \
-    template rp_kernel_fn<FREQ_CAP> rp_prefill_kernel<DT, HALF, FREQ_CAP, 2>(void);                           \
-    template rp_kernel_fn<FREQ_CAP> rp_prefill_kernel<DT, HALF, FREQ_CAP, 4>(void);
+#define RP_INSTANTIATE_PREFILL(DT, STYLE, HALF, FREQ_CAP)                                                      \
+    template rp_kernel_fn<FREQ_CAP> rp_prefill_kernel<DT, STYLE, HALF, FREQ_CAP>(void);
 RP_VECTOR_VARIANTS(RP_INSTANTIATE_PREFILL)

@@ -36,12 +36,17 @@ static void fill_args(rp_kernel_args<FREQ_CAP> *a, const rp_cuda_state *st, cons
     a->num_qo_heads = (int)p->num_qo_heads;
     a->num_kv_heads = (int)p->num_kv_heads;
     a->half_dim = (int)(p->head_dim / 2);
+    a->style = (int)p->style;
+    a->rotary_dim = (int)p->rotary_dim;
+    a->rot_half = (int)(p->rotary_dim / 2);
+    a->rot_groups = a->rot_half / (int)(16 / rp_dtype_size(p->dtype));
+    a->scale = p->attention_scaling;
     a->pos64 = p->pos_dtype == RP_I64;
     a->slot64 = p->slot_dtype == RP_I64;
     a->parts = (int)parts;
     a->heads = plan->heads;
     a->num_tiles = plan->tokens_per_block > 0 ? (p->num_tokens + plan->tokens_per_block - 1) / plan->tokens_per_block : 0;
-    memcpy(a->inv_freq, p->inv_freq, (size_t)a->half_dim * sizeof(double));
+    memcpy(a->inv_freq, p->inv_freq, (size_t)a->rot_half * sizeof(double));
 }
 
 /* Launches kernel<<<grid, block, shared_bytes, stream>>>(args), with programmatic stream
@@ -63,7 +68,7 @@ static cudaError_t launch(void (*kernel)(Args), dim3 grid, dim3 block, size_t sh
     return cudaLaunchKernelEx(&config, kernel, args);
 }
 
-template <rp_dtype DT, int HALF, int FREQ_CAP>
+template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP>
 static cudaError_t launch_vectorized(const rp_cuda_state *st, const rp_problem *p, rp_parts parts,
                                      const rp_cuda_plan *plan, cudaStream_t stream)
 {
@@ -72,9 +77,8 @@ static cudaError_t launch_vectorized(const rp_cuda_state *st, const rp_problem *
     const dim3 grid(plan->grid, (unsigned)plan->chunks);
     const dim3 block((unsigned)plan->groups_per_block, (unsigned)plan->heads_per_pass,
                      (unsigned)plan->tokens_per_block);
-    const rp_kernel_fn<FREQ_CAP> kernel = plan->items_per_thread >= 4   ? rp_prefill_kernel<DT, HALF, FREQ_CAP, 4>()
-                                          : plan->items_per_thread >= 2 ? rp_prefill_kernel<DT, HALF, FREQ_CAP, 2>()
-                                                                        : rp_decode_kernel<DT, HALF, FREQ_CAP>();
+    const rp_kernel_fn<FREQ_CAP> kernel = plan->items_per_thread >= 2 ? rp_prefill_kernel<DT, STYLE, HALF, FREQ_CAP>()
+                                                                      : rp_decode_kernel<DT, STYLE, HALF, FREQ_CAP>();
     return launch(kernel, grid, block, plan->shared_bytes, stream, plan->overlap_launch, a);
 }
 
@@ -88,23 +92,27 @@ static cudaError_t launch_strided(const rp_cuda_state *st, const rp_problem *p, 
                   plan->overlap_launch, a);
 }
 
-/* head_dim becomes a compile-time constant for the common sizes (64, 128, 256); the others run
- * the same code with a runtime head_dim. Frequencies up to RP_CUDA_MAX_HEAD_DIM / 2. */
+/* The variants of kernels.cuh: NeoX over the whole head gets head_dim as a compile-time constant
+ * for the common sizes (64, 128, 256); the others run the same code with a runtime head_dim and
+ * rotary_dim. Frequencies up to RP_CUDA_MAX_HEAD_DIM / 2. */
 template <rp_dtype DT>
 static cudaError_t launch_dtype(const rp_cuda_state *st, const rp_problem *p, rp_parts parts,
                                 const rp_cuda_plan *plan, cudaStream_t stream)
 {
-    const int64_t half_dim = p->head_dim / 2;
+    const int64_t pairs = p->rotary_dim / 2;
     if (!plan->vectorized)
-        return half_dim <= 256 ? launch_strided<DT, 256>(st, p, parts, plan, stream)
-                           : launch_strided<DT, RP_CUDA_MAX_HEAD_DIM / 2>(st, p, parts, plan, stream);
-    switch (half_dim) {
-    case 32: return launch_vectorized<DT, 32, 32>(st, p, parts, plan, stream);
-    case 64: return launch_vectorized<DT, 64, 64>(st, p, parts, plan, stream);
-    case 128: return launch_vectorized<DT, 128, 128>(st, p, parts, plan, stream);
+        return pairs <= 256 ? launch_strided<DT, 256>(st, p, parts, plan, stream)
+                            : launch_strided<DT, RP_CUDA_MAX_HEAD_DIM / 2>(st, p, parts, plan, stream);
+    if (p->style == RP_ROPE_GPTJ)
+        return pairs <= 256 ? launch_vectorized<DT, RP_ROPE_GPTJ, 0, 256>(st, p, parts, plan, stream)
+                            : launch_vectorized<DT, RP_ROPE_GPTJ, 0, RP_CUDA_MAX_HEAD_DIM / 2>(st, p, parts, plan, stream);
+    switch (p->rotary_dim == p->head_dim ? pairs : 0) {
+    case 32: return launch_vectorized<DT, RP_ROPE_NEOX, 32, 32>(st, p, parts, plan, stream);
+    case 64: return launch_vectorized<DT, RP_ROPE_NEOX, 64, 64>(st, p, parts, plan, stream);
+    case 128: return launch_vectorized<DT, RP_ROPE_NEOX, 128, 128>(st, p, parts, plan, stream);
     default:
-        return half_dim <= 256 ? launch_vectorized<DT, 0, 256>(st, p, parts, plan, stream)
-                           : launch_vectorized<DT, 0, RP_CUDA_MAX_HEAD_DIM / 2>(st, p, parts, plan, stream);
+        return pairs <= 256 ? launch_vectorized<DT, RP_ROPE_NEOX, 0, 256>(st, p, parts, plan, stream)
+                            : launch_vectorized<DT, RP_ROPE_NEOX, 0, RP_CUDA_MAX_HEAD_DIM / 2>(st, p, parts, plan, stream);
     }
 }
 
@@ -136,10 +144,6 @@ extern "C" rp_status rp_cuda_rope_pool(void *state, const rp_problem *p, rp_part
         return rp_fail(err, RP_ERR_UNSUPPORTED,
                        "head_dim %lld is not supported on CUDA: the CUDA backend takes head_dim up to %d",
                        (long long)p->head_dim, RP_CUDA_MAX_HEAD_DIM);
-    if (p->style != RP_ROPE_NEOX || p->rotary_dim != p->head_dim || p->caller_freq || p->attention_scaling != 1.0)
-        return rp_fail(err, RP_ERR_UNSUPPORTED,
-                       "the CUDA backend does not serve GPT-J style, partial rotary_dim, inv_freq or "
-                       "attention_scaling yet: only the seed's NeoX full-rotary call");
     /* Run on the context's device; give the caller back its own current device. */
     int previous = -1;
     rp_status status = rp_cuda_enter_device(st->device, &previous, err);

@@ -220,6 +220,9 @@ static void test_graph_capture_and_replay(void)
     fixture f, g;
     fixture_init(&f, &rng, T, Hq, Hk, D, P, RP_BF16, RP_I64, 131072, 1);
     fixture_init(&g, &rng, T, Hq, Hk, D, P, RP_BF16, RP_I64, 131072, 1);
+    /* layer 2 is a variant with a caller table: the table travels in the captured launch */
+    const rope_variant gptj = {RP_ROPE_GPTJ, 64, TABLE_F64, 1.2};
+    fixture_set_variant(&g, &rng, &gptj);
     mirror m = {0};
     mirror_fixture(&m, &f);
     mirror_fixture(&m, &g);
