@@ -20,7 +20,7 @@
  * its item's addresses and (if it builds the table) its frequency: with programmatic dependent
  * launch that work overlaps the previous kernel, and after the wait a decode call is one chain of loads,
  * float64 sin/cos, one barrier, rotation and stores. */
-template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP>
+template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8>
 __global__ void __launch_bounds__(rp_block_threads(1))
 rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
 {
@@ -43,11 +43,11 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
     const bool builds_table = rotates && (int)threadIdx.y < V && gr.rotated;
     const double freq = builds_table ? a.inv_freq[pair0 + threadIdx.y] : 0.0;
     /* This thread's item (head y; junk, and unused, when y >= heads), before the wait. */
-    const rp_item item = make_item<ELEM>(a, threadIdx.y, first);
-    const rp_item_rows rows = item_rows<ELEM>(a, item.kind);
+    const rp_item item = make_item<ELEM, FP8>(a, threadIdx.y, first);
+    const rp_item_rows rows = item_rows<ELEM, FP8>(a, item.kind);
     unsigned long long ready = (unsigned long long)__double_as_longlong(freq);
     ready ^= (unsigned long long)item.src ^ (unsigned long long)item.out ^ (unsigned long long)item.pool ^
-             (unsigned long long)(rows.src ^ rows.out ^ rows.pool ^ half_bytes);
+             (unsigned long long)(rows.src ^ rows.out ^ rows.pool ^ rows.pool_row ^ half_bytes);
     /* Every 64-byte line of the scalar parameters, so that the reads after the wait hit. */
     const unsigned *words = (const unsigned *)&a;
 #pragma unroll
@@ -55,6 +55,9 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
         ready ^= words[i];
     rp_compute_before_here(ready);
     rp_wait_for_prior_kernel();
+    /* fp8 pools: the scales may come from memory the previous kernel wrote */
+    const float k_inv = FP8 ? rp_inv_scale(a.k_scale_ptr, a.k_inv_scale) : 1.0f;
+    const float v_inv = FP8 ? rp_inv_scale(a.v_scale_ptr, a.v_inv_scale) : 1.0f;
 
     for (long long tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
         const long long t = tile * Y + threadIdx.z;
@@ -94,14 +97,17 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
         /* 3. Rotate and store: this thread's item, then heads past blockDim.y. */
         const long long slot = uses_slot ? rp_index_value(slot_words, a.slot64) : -1;
         const bool to_pool = slot >= 0 && slot < a.pool_size;
+        long long row = 0;
+        const long long block = to_pool ? rp_slot_block(a, slot, &row) : 0;
         if (token_ok && (int)threadIdx.y < a.heads)
-            finish_item<DT, STYLE>(item, rows, lo, hi, t, to_pool, slot, half_bytes, gr.rotated, cs, GB);
+            finish_item<DT, STYLE, FP8>(a, item, rows, lo, hi, t, to_pool, block, row, half_bytes, gr.rotated, cs, GB,
+                                   item.kind == RP_ITEM_V ? v_inv : k_inv);
         for (int h = threadIdx.y + HY; token_ok && h < a.heads; h += HY) {
-            const rp_item it = make_item<ELEM>(a, h, first);
-            const rp_item_rows r = item_rows<ELEM>(a, it.kind);
+            const rp_item it = make_item<ELEM, FP8>(a, h, first);
+            const rp_item_rows r = item_rows<ELEM, FP8>(a, it.kind);
             const char *p = it.src + t * r.src;
-            finish_item<DT, STYLE>(it, r, *(const uint4 *)p, *(const uint4 *)(p + half_bytes), t, to_pool, slot,
-                                   half_bytes, gr.rotated, cs, GB);
+            finish_item<DT, STYLE, FP8>(a, it, r, *(const uint4 *)p, *(const uint4 *)(p + half_bytes), t, to_pool, block,
+                                   row, half_bytes, gr.rotated, cs, GB, it.kind == RP_ITEM_V ? v_inv : k_inv);
         }
         if (threadIdx.x == 0 && threadIdx.y == 0 && blockIdx.y == 0 && slot >= a.pool_size)
             rp_record_bad_slot(a.status, t, slot, a.pool_size);
@@ -110,11 +116,11 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
     }
 }
 
-template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP> rp_kernel_fn<FREQ_CAP> rp_decode_kernel(void)
+template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8> rp_kernel_fn<FREQ_CAP> rp_decode_kernel(void)
 {
-    return rope_pool_decode<DT, STYLE, HALF, FREQ_CAP>;
+    return rope_pool_decode<DT, STYLE, HALF, FREQ_CAP, FP8>;
 }
 
-#define RP_INSTANTIATE_DECODE(DT, STYLE, HALF, FREQ_CAP)                                                       \
-    template rp_kernel_fn<FREQ_CAP> rp_decode_kernel<DT, STYLE, HALF, FREQ_CAP>(void);
+#define RP_INSTANTIATE_DECODE(DT, STYLE, HALF, FREQ_CAP, FP8)                                                  \
+    template rp_kernel_fn<FREQ_CAP> rp_decode_kernel<DT, STYLE, HALF, FREQ_CAP, FP8>(void);
 RP_VECTOR_VARIANTS(RP_INSTANTIATE_DECODE)

@@ -10,6 +10,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 /* scale * sin and scale * cos of angle = position * inv_freq (scale = attention_scaling), with
  * src/cpu/sincos.h's algorithm: k = rint(angle * 2/pi), a two-step Cody-Waite reduction that is
@@ -126,6 +127,27 @@ template <> struct rp_elem<RP_BF16> : rp_elem16<__nv_bfloat162> {
     static __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
     static __device__ __forceinline__ __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
 };
+
+/* ---- fp8 pool codes -------------------------------------------------------------------------
+ * x rounded once to OCP e4m3fn (e5m2 when e5m2 != 0): round to nearest-even, saturating to the
+ * finite range (infinities too), NaN stays NaN. sm_89+ use the hardware's cvt.rn.satfinite; the
+ * header's fallback on older GPUs rounds the same way. */
+__device__ __forceinline__ unsigned rp_fp8x2(float lo, float hi, int e5m2)
+{
+    return (unsigned)__nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, e5m2 ? __NV_E5M2 : __NV_E4M3);
+}
+
+__device__ __forceinline__ unsigned char rp_fp8(float x, int e5m2)
+{
+    return (unsigned char)__nv_cvt_float_to_fp8(x, __NV_SATFINITE, e5m2 ? __NV_E5M2 : __NV_E4M3);
+}
+
+/* Four values as four fp8 codes in one word, the first in the low byte. */
+__device__ __forceinline__ unsigned rp_fp8x4(const float *x, float inv_scale, int e5m2)
+{
+    return rp_fp8x2(x[0] * inv_scale, x[1] * inv_scale, e5m2) |
+           (rp_fp8x2(x[2] * inv_scale, x[3] * inv_scale, e5m2) << 16);
+}
 
 /* ---- programmatic dependent launch (sm_90+; no-ops before) ---------------------------------------
  * A kernel launched with programmatic stream serialization may start while the kernel before it on

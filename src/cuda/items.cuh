@@ -42,13 +42,15 @@ __device__ __forceinline__ rp_group group_of(const Args &a, int g)
 
 /* Rotates one item in place (lo, hi: its two vectors, see above) with the table's entries of its
  * pairs: cs[c] = (cos, sin) of the group's pairs 2c and 2c + 1, read at a stride of `cs_stride`
- * float4s. */
+ * float4s. ox, oy [ELEMS] receive the float32 results before their rounding to the dtype (what an
+ * fp8 pool quantises). */
 template <rp_dtype DT, int STYLE>
-__device__ __forceinline__ void rotate_vectors(uint4 *lo, uint4 *hi, const float4 *cs, int cs_stride)
+__device__ __forceinline__ void rotate_vectors(uint4 *lo, uint4 *hi, const float4 *cs, int cs_stride,
+                                               float *ox, float *oy)
 {
     typedef rp_elem<DT> E;
     constexpr int V = E::ELEMS;
-    float x[V], y[V], ox[V], oy[V];
+    float x[V], y[V];
     E::unpack(*lo, x);
     E::unpack(*hi, y);
     if (STYLE == RP_ROPE_NEOX) {
@@ -70,6 +72,35 @@ __device__ __forceinline__ void rotate_vectors(uint4 *lo, uint4 *hi, const float
     }
     *lo = E::pack(ox);
     *hi = E::pack(oy);
+}
+
+/* Stores an item's two vectors (lo, hi; x, y: their float32 values) into a pool row: the bits, or
+ * (fp8 pools) ELEMS codes of x / scale per vector, hi_bytes apart in the pool. */
+template <rp_dtype DT, bool FP8>
+__device__ __forceinline__ void store_pool_item(char *dst, long long hi_bytes, uint4 lo, uint4 hi, const float *x,
+                                                const float *y, int fp8, float inv_scale)
+{
+    constexpr int V = rp_elem<DT>::ELEMS;
+    if (!FP8) {
+        *(uint4 *)dst = lo;
+        *(uint4 *)(dst + hi_bytes) = hi;
+        return;
+    }
+    const int e5m2 = fp8 == RP_POOL_E5M2;
+    if (V == 4) {
+        *(unsigned *)dst = rp_fp8x4(x, inv_scale, e5m2);
+        *(unsigned *)(dst + hi_bytes) = rp_fp8x4(y, inv_scale, e5m2);
+    } else {
+        *(uint2 *)dst = make_uint2(rp_fp8x4(x, inv_scale, e5m2), rp_fp8x4(x + 4, inv_scale, e5m2));
+        *(uint2 *)(dst + hi_bytes) = make_uint2(rp_fp8x4(y, inv_scale, e5m2), rp_fp8x4(y + 4, inv_scale, e5m2));
+    }
+}
+
+/* Bytes of one pool element: the dtype's, or 1 for fp8 codes. FP8: compiled for fp8 pools (the
+ * format, e4m3 or e5m2, is a.pool_fp8). */
+template <size_t ELEM, bool FP8> __device__ __forceinline__ constexpr long long pool_elem(void)
+{
+    return FP8 ? 1 : (long long)ELEM;
 }
 
 /* Which tensors an item (a frequency group of one head) reads and writes. */
@@ -106,7 +137,7 @@ __device__ __forceinline__ const char *rp_pick(bool cond, const void *x, const v
  * scattering) at element `first` of its head. Every stride is read with a constant offset and
  * selected by value: no parameter is indexed at run time, so nothing is copied to local memory and
  * no load waits on an address computation. */
-template <size_t ELEM, typename Args>
+template <size_t ELEM, bool FP8, typename Args>
 __device__ __forceinline__ rp_item make_item(const Args &a, int h, long long first)
 {
     h += a.parts == RP_PARTS_SCATTER ? a.num_qo_heads : 0;
@@ -125,17 +156,18 @@ __device__ __forceinline__ rp_item make_item(const Args &a, int h, long long fir
     rp_item it;
     it.src = in + (head * in_s1 + first) * e;
     it.out = !scatter && (q || k) ? (char *)out + (head * out_s1 + first) * e : NULL;
-    it.pool = a.parts != RP_PARTS_ROTATE && !q ? (char *)pool + (head * pool_s1 + first) * e : NULL;
+    it.pool = a.parts != RP_PARTS_ROTATE && !q ? (char *)pool + (head * pool_s1 + first) * pool_elem<ELEM, FP8>() : NULL;
     it.kind = q ? RP_ITEM_Q : k ? RP_ITEM_K : RP_ITEM_V;
     return it;
 }
 
-/* Bytes from one token's (slot's) row of an item's tensors to the next. */
+/* Bytes from one token's row of an item's tensors to the next; pools: from one block to the next
+ * and from one row of a block to the next. */
 struct rp_item_rows {
-    long long src, out, pool;
+    long long src, out, pool, pool_row;
 };
 
-template <size_t ELEM, typename Args>
+template <size_t ELEM, bool FP8, typename Args>
 __device__ __forceinline__ rp_item_rows item_rows(const Args &a, int kind)
 {
     const bool q = kind == RP_ITEM_Q, k = kind == RP_ITEM_K, scatter = a.parts == RP_PARTS_SCATTER;
@@ -143,30 +175,42 @@ __device__ __forceinline__ rp_item_rows item_rows(const Args &a, int kind)
     const long long k_in = rp_pick(scatter, a.stride[T_K_ROT][0], a.stride[T_K][0]);
     r.src = rp_pick(q, a.stride[T_Q][0], rp_pick(k, k_in, a.stride[T_V][0])) * (long long)ELEM;
     r.out = rp_pick(q, a.stride[T_Q_ROT][0], a.stride[T_K_ROT][0]) * (long long)ELEM;
-    r.pool = rp_pick(k, a.stride[T_K_POOL][0], a.stride[T_V_POOL][0]) * (long long)ELEM;
+    r.pool = rp_pick(k, a.stride[T_K_POOL][0], a.stride[T_V_POOL][0]) * pool_elem<ELEM, FP8>();
+    r.pool_row = rp_pick(k, a.pool_row_stride[0], a.pool_row_stride[1]) * pool_elem<ELEM, FP8>();
     return r;
 }
 
 /* Rotates one item of token t (lo, hi: its two vectors, half_bytes apart) when it is a q or k item
  * of a rotated group, and stores it where it goes. cs[c] = (cos, sin) of the item's pairs 2c and 2c + 1,
  * read from the table at a stride of `cs_stride` float4s. */
-template <rp_dtype DT, int STYLE>
-__device__ __forceinline__ void finish_item(const rp_item &it, const rp_item_rows &rows, uint4 lo, uint4 hi,
-                                            long long t, bool to_pool, long long slot, long long half_bytes,
-                                            bool rotated, const float4 *cs, int cs_stride)
+template <rp_dtype DT, int STYLE, bool FP8, typename Args>
+__device__ __forceinline__ void finish_item(const Args &a, const rp_item &it, const rp_item_rows &rows, uint4 lo,
+                                            uint4 hi, long long t, bool to_pool, long long block, long long row,
+                                            long long half_bytes, bool rotated, const float4 *cs, int cs_stride,
+                                            float inv_scale)
 {
+    typedef rp_elem<DT> E;
+    constexpr int V = E::ELEMS;
+    constexpr size_t ELEM = sizeof(typename E::storage);
+    float x[V], y[V];
     if (it.out) {
-        if (rotated)
-            rotate_vectors<DT, STYLE>(&lo, &hi, cs, cs_stride);
+        if (rotated) {
+            rotate_vectors<DT, STYLE>(&lo, &hi, cs, cs_stride, x, y);
+        } else if (FP8) {
+            E::unpack(lo, x);
+            E::unpack(hi, y);
+        }
         char *dst = it.out + t * rows.out;
         *(uint4 *)dst = lo;
         *(uint4 *)(dst + half_bytes) = hi;
+    } else if (FP8) {
+        E::unpack(lo, x);
+        E::unpack(hi, y);
     }
-    if (it.pool && to_pool) {
-        char *dst = it.pool + slot * rows.pool;
-        *(uint4 *)dst = lo;
-        *(uint4 *)(dst + half_bytes) = hi;
-    }
+    if (it.pool && to_pool)
+        store_pool_item<DT, FP8>(it.pool + block * rows.pool + row * rows.pool_row,
+                            FP8 ? half_bytes / (long long)ELEM : half_bytes, lo, hi, x, y, a.pool_fp8,
+                            inv_scale);
 }
 
 /* ---- the prefill kernel's placement of heads (addresses computed where they are used) ----------- */
@@ -215,39 +259,60 @@ __device__ __forceinline__ const char *source_address(const Args &a, const head_
     return item_address<ELEM>(base, s0, s1, t, pl.head, first);
 }
 
-/* Rotates one item (lo = its pairs' first halves, hi = their second halves; elements `first` ..
- * `first` + ELEMS - 1 of the head) and stores it where it goes. cs[c] = (cos, sin) of the item's
- * pairs 2c and 2c + 1, read from the table at a stride of `cs_stride` float4s. */
-template <rp_dtype DT, int STYLE, typename Args>
-__device__ __forceinline__ void finish_placed_item(const Args &a, const head_place &pl, uint4 lo, uint4 hi,
-                                            long long t, long long slot, long long first,
-                                            long long half_bytes, bool rotated, const float4 *cs, int cs_stride)
+/* Byte address of element `first` of head `head` in pool row (block, row): k_pool, or v_pool when
+ * v. Strides are selected by value, as above. */
+template <size_t ELEM, bool FP8, typename Args>
+__device__ __forceinline__ char *pool_address(const Args &a, bool v, long long block, long long row, int head,
+                                              long long first)
 {
-    constexpr size_t ELEM = sizeof(typename rp_elem<DT>::storage);
-    const bool to_pool = a.parts != RP_PARTS_ROTATE && slot >= 0 && slot < a.pool_size;
-    if (pl.kind == RP_ITEM_V || a.parts == RP_PARTS_SCATTER) { /* bit copy into the pool */
+    const long long s0 = v ? a.stride[T_V_POOL][0] : a.stride[T_K_POOL][0];
+    const long long sr = v ? a.pool_row_stride[1] : a.pool_row_stride[0];
+    const long long s1 = v ? a.stride[T_V_POOL][1] : a.stride[T_K_POOL][1];
+    return (char *)(v ? a.v_pool : a.k_pool) + (block * s0 + row * sr + head * s1 + first) * pool_elem<ELEM, FP8>();
+}
+
+/* Rotates one item (lo, hi: its two vectors, half_bytes apart, from element `first` of the head)
+ * when it is a q or k item of a rotated group, and stores it where it goes: pool row (block, row)
+ * when to_pool. cs[c] = (cos, sin) of the item's pairs 2c and 2c + 1, read from the table at a
+ * stride of `cs_stride` float4s. */
+template <rp_dtype DT, int STYLE, bool FP8, typename Args>
+__device__ __forceinline__ void finish_placed_item(const Args &a, const head_place &pl, uint4 lo, uint4 hi,
+                                                   long long t, bool to_pool, long long block, long long row,
+                                                   long long first, long long half_bytes, bool rotated,
+                                                   const float4 *cs, int cs_stride, float k_inv, float v_inv)
+{
+    typedef rp_elem<DT> E;
+    constexpr int V = E::ELEMS;
+    constexpr size_t ELEM = sizeof(typename E::storage);
+    const long long pool_hi = FP8 ? half_bytes / (long long)ELEM : half_bytes;
+    float x[V], y[V];
+    if (pl.kind == RP_ITEM_V || a.parts == RP_PARTS_SCATTER) { /* a copy into the pool */
         if (to_pool) {
             const bool v = pl.kind == RP_ITEM_V;
-            char *dst = item_address<ELEM>(v ? a.v_pool : a.k_pool, v ? a.stride[T_V_POOL][0] : a.stride[T_K_POOL][0],
-                                           v ? a.stride[T_V_POOL][1] : a.stride[T_K_POOL][1], slot, pl.head, first);
-            *(uint4 *)dst = lo;
-            *(uint4 *)(dst + half_bytes) = hi;
+            if (FP8) {
+                E::unpack(lo, x);
+                E::unpack(hi, y);
+            }
+            store_pool_item<DT, FP8>(pool_address<ELEM, FP8>(a, v, block, row, pl.head, first), pool_hi, lo, hi, x, y,
+                                a.pool_fp8, v ? v_inv : k_inv);
         }
         return;
     }
     uint4 out_lo = lo, out_hi = hi;
-    if (rotated)
-        rotate_vectors<DT, STYLE>(&out_lo, &out_hi, cs, cs_stride);
+    if (rotated) {
+        rotate_vectors<DT, STYLE>(&out_lo, &out_hi, cs, cs_stride, x, y);
+    } else if (FP8) {
+        E::unpack(lo, x);
+        E::unpack(hi, y);
+    }
     const bool is_q = pl.kind == RP_ITEM_Q;
     char *dst = item_address<ELEM>(is_q ? a.q_rot : a.k_rot, is_q ? a.stride[T_Q_ROT][0] : a.stride[T_K_ROT][0],
                                    is_q ? a.stride[T_Q_ROT][1] : a.stride[T_K_ROT][1], t, pl.head, first);
     *(uint4 *)dst = out_lo;
     *(uint4 *)(dst + half_bytes) = out_hi;
-    if (!is_q && to_pool) {
-        char *pool = item_address<ELEM>(a.k_pool, a.stride[T_K_POOL][0], a.stride[T_K_POOL][1], slot, pl.head, first);
-        *(uint4 *)pool = out_lo;
-        *(uint4 *)(pool + half_bytes) = out_hi;
-    }
+    if (!is_q && to_pool)
+        store_pool_item<DT, FP8>(pool_address<ELEM, FP8>(a, false, block, row, pl.head, first), pool_hi, out_lo, out_hi, x, y,
+                            a.pool_fp8, k_inv);
 }
 
 #endif /* RP_CUDA_ITEMS_CUH */

@@ -11,6 +11,9 @@
 /* Tensors of the [token|slot, head, dim] family, indexing rp_kernel_args.stride. */
 enum { T_Q, T_K, T_V, T_Q_ROT, T_K_ROT, T_K_POOL, T_V_POOL, T_COUNT };
 
+/* Pool storage (rp_kernel_args.pool_fp8): the inputs' dtype, or fp8 codes of x / scale. */
+enum { RP_POOL_SAME = 0, RP_POOL_E4M3 = 1, RP_POOL_E5M2 = 2 };
+
 /* The kernels' only parameter, passed by value so that nothing is allocated and a graph captures
  * it whole. FREQ_CAP bounds rotary_dim / 2 (parameter size was measured not to cost launch time). */
 template <int FREQ_CAP> struct rp_kernel_args {
@@ -21,10 +24,22 @@ template <int FREQ_CAP> struct rp_kernel_args {
     const void *slots;            /* [T] int32 | int64                                 */
     void *q_rot;                  /* [T, Hq, D]; may be q                              */
     void *k_rot;                  /* [T, Hk, D]; may be k                              */
-    void *k_pool;                 /* [P, Hk, D]                                        */
-    void *v_pool;                 /* [P, Hk, D]                                        */
+    void *k_pool;                 /* [blocks, block_size, Hk, D] in any axis order     */
+    void *v_pool;                 /* [blocks, block_size, Hk, Dv] likewise             */
     rp_cuda_slot_status *status;  /* [1] the context's bad-slot record                 */
-    long long stride[T_COUNT][3]; /* in elements, indexed by T_*                       */
+    long long stride[T_COUNT][3]; /* in elements, indexed by T_*; pools: [block, head,
+                                     dim] (flat pools: blocks of one row)              */
+    long long pool_row_stride[2]; /* k_pool, v_pool: row in block (0 for flat pools)   */
+    long long block_size;         /* rows per pool block (1 for flat pools)            */
+    double inv_block_size;        /* 1 / block_size                                    */
+    int block_shift;              /* log2(block_size), or -1 when not a power of two   */
+    int pool_fp8;                 /* RP_POOL_SAME, RP_POOL_E4M3 or RP_POOL_E5M2        */
+    float k_inv_scale;            /* fp8 pools: 1 / k_scale (when k_scale_ptr is NULL) */
+    float v_inv_scale;            /* likewise for v                                    */
+    const float *k_scale_ptr;     /* [1] device float or NULL: read by the kernel      */
+    const float *v_scale_ptr;     /* [1] likewise                                      */
+    int v_head_dim;               /* Dv                                                */
+    int v_chunks;                 /* vectorized: ceil(Dv / D) pieces of D per v head   */
     long long pos_stride, slot_stride;
     long long num_tokens, pool_size;
     int num_qo_heads, num_kv_heads;
@@ -42,6 +57,39 @@ template <int FREQ_CAP> struct rp_kernel_args {
     double inv_freq[FREQ_CAP];    /* [rot_half] the pairs' frequencies, float64        */
 };
 
+
+/* Block and row in block of pool slot `slot` (>= 0): rp_pool_offset's split, on the device. A
+ * power of two (flat pools: 2^0) takes a shift and a mask. */
+template <typename Args>
+__device__ __forceinline__ long long rp_slot_block(const Args &a, long long slot, long long *row)
+{
+    if (a.block_shift >= 0) {
+        *row = slot & ((1LL << a.block_shift) - 1);
+        return slot >> a.block_shift;
+    }
+    /* Other block sizes: a quotient from the float64 reciprocal, off by at most one for any slot
+     * below 2^52 (a pool of more slots would not fit in memory), then corrected exactly. A 64-bit
+     * integer division is a called routine whose frame costs the kernels registers. */
+    long long block = (long long)((double)slot * a.inv_block_size);
+    long long r = slot - block * a.block_size;
+    if (r < 0) {
+        block--;
+        r += a.block_size;
+    } else if (r >= a.block_size) {
+        block++;
+        r -= a.block_size;
+    }
+    *row = r;
+    return block;
+}
+
+/* 1 / scale in float32, formed in float64 as the CPU kernels form it: from the pointer when there
+ * is one (read when the kernel runs, so a captured graph sees the value of the replay), else the
+ * host's value. */
+__device__ __forceinline__ float rp_inv_scale(const float *ptr, float host_inv_scale)
+{
+    return ptr ? (float)(1.0 / (double)*ptr) : host_inv_scale;
+}
 
 /* Items per thread of the prefill kernel, the one value compiled: 4 measured no better than 2 on
  * the H200 once the prefill kernel computed its addresses at use (bench/results/cuda-h200-tuning.md). */

@@ -1,7 +1,7 @@
 /*
  * plan.cu — rp_cuda_make_plan, the one function that chooses a call's kernel and launch geometry.
  */
-#include "kernel_args.cuh"
+#include "kernels.cuh"
 
 #include <limits.h>
 #include <string.h>
@@ -29,6 +29,18 @@ static int rows_aligned(const void *data, const int64_t stride[3], int64_t n0, i
            (n1 <= 1 || (stride[1] * (int64_t)elem) % 16 == 0);
 }
 
+/* A pool ([block, row, head, dim] strides, pool.h) takes the vectorized kernels' stores when its
+ * rows start on `align` bytes: 16 for the dtype's vectors, ELEMS bytes for fp8 codes. */
+static int pool_rows_aligned(const void *data, const int64_t stride[4], const rp_problem *p, size_t elem,
+                             long long align)
+{
+    const int64_t extent[3] = {p->num_blocks, p->block_size, p->num_kv_heads};
+    int ok = (uintptr_t)data % (uintptr_t)align == 0;
+    for (int d = 0; d < 3; d++)
+        ok &= extent[d] <= 1 || (stride[d] * (int64_t)elem) % align == 0;
+    return ok;
+}
+
 static long long div_up(long long a, long long b)
 {
     return (a + b - 1) / b;
@@ -40,25 +52,31 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
     memset(&plan, 0, sizeof plan);
     const size_t elem = rp_dtype_size(p->dtype);
     const long long T = p->num_tokens, half_dim = p->head_dim / 2, per_vector = 16 / (long long)elem;
-    const long long Hq = p->num_qo_heads, Hk = p->num_kv_heads, P = p->pool_size;
+    const long long Hq = p->num_qo_heads, Hk = p->num_kv_heads;
     const long long heads = parts == RP_PARTS_ALL ? Hq + 2 * Hk : parts == RP_PARTS_ROTATE ? Hq + Hk : 2 * Hk;
     const long long groups = half_dim / per_vector;
 
-    /* Every group (items.cuh) is two whole vectors: rotated pairs and pass-through dims alike. */
+    const int fp8 = rp_pool_is_fp8(p);
+    const size_t pool_elem = fp8 ? 1 : elem;
+    const long long pool_align = fp8 ? per_vector : 16;
+    /* Every group (items.cuh) is two whole vectors: rotated pairs and pass-through dims alike; v
+     * heads as wide as k's (others: the strided kernel). */
     plan.vectorized = p->inner_contiguous && half_dim % per_vector == 0 && (p->rotary_dim / 2) % per_vector == 0 &&
-                      groups <= MAX_GROUPS &&
+                      p->v_head_dim == p->head_dim && groups <= MAX_GROUPS &&
+                      (!fp8 || p->rotary_dim / 2 <= RP_VECTOR_FP8_MAX_PAIRS) &&
                       heads <= INT_MAX / 2 &&
                       rows_aligned(p->q, p->q_stride, T, Hq, elem) &&
                       rows_aligned(p->k, p->k_stride, T, Hk, elem) &&
                       rows_aligned(p->v, p->v_stride, T, Hk, elem) &&
                       rows_aligned(p->q_rot, p->q_rot_stride, T, Hq, elem) &&
                       rows_aligned(p->k_rot, p->k_rot_stride, T, Hk, elem) &&
-                      rows_aligned(p->k_pool, p->k_pool_stride, P, Hk, elem) &&
-                      rows_aligned(p->v_pool, p->v_pool_stride, P, Hk, elem);
+                      pool_rows_aligned(p->k_pool, p->k_pool_stride, p, pool_elem, pool_align) &&
+                      pool_rows_aligned(p->v_pool, p->v_pool_stride, p, pool_elem, pool_align);
     plan.overlap_launch = st->compute_capability >= 90;
     if (!plan.vectorized) {
         plan.threads_x = STRIDED_THREADS;
-        const long long blocks = div_up(T * half_dim, STRIDED_THREADS);
+        const long long width = half_dim > (p->v_head_dim + 1) / 2 ? half_dim : (p->v_head_dim + 1) / 2;
+        const long long blocks = div_up(T * width, STRIDED_THREADS);
         const long long cap = (long long)st->num_sms * 64;
         plan.grid = (unsigned)(blocks < cap ? blocks : cap);
         return plan;

@@ -9,7 +9,7 @@
  * kernel's, with a block taking whole tokens. Addresses are computed where they are used (after
  * the wait): holding them across the barrier cost registers and 7% of the time of a prefill call
  * (bench/results/cuda-h200-tuning.md). */
-template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, int PREFETCH>
+template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8, int PREFETCH>
 __global__ void __launch_bounds__(rp_block_threads(PREFETCH))
 rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
 {
@@ -30,6 +30,9 @@ rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
 
     rp_let_next_kernel_launch();
     rp_wait_for_prior_kernel();
+    /* fp8 pools: the scales may come from memory the previous kernel wrote */
+    const float k_inv = FP8 ? rp_inv_scale(a.k_scale_ptr, a.k_inv_scale) : 1.0f;
+    const float v_inv = FP8 ? rp_inv_scale(a.v_scale_ptr, a.v_inv_scale) : 1.0f;
     for (long long tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
         const long long t = tile * Y + threadIdx.z;
         const bool token_ok = t < T;
@@ -74,18 +77,21 @@ rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
 
         /* 3. Rotate and store. */
         const long long slot = uses_slot ? rp_index_value(slot_words, a.slot64) : -1;
+        const bool to_pool = slot >= 0 && slot < a.pool_size;
+        long long row = 0;
+        const long long block = to_pool ? rp_slot_block(a, slot, &row) : 0;
 #pragma unroll
         for (int j = 0; j < PREFETCH; j++) {
             const int h = threadIdx.y + j * HY;
             if (token_ok && h < a.heads)
-                finish_placed_item<DT, STYLE>(a, place_head(a, h), lo[j], hi[j], t, slot, first, half_bytes,
-                                              gr.rotated, cs, GB);
+                finish_placed_item<DT, STYLE, FP8>(a, place_head(a, h), lo[j], hi[j], t, to_pool, block, row, first,
+                                              half_bytes, gr.rotated, cs, GB, k_inv, v_inv);
         }
         for (int h = threadIdx.y + PREFETCH * HY; token_ok && h < a.heads; h += HY) {
             const head_place pl = place_head(a, h);
             const char *p = source_address<ELEM>(a, pl, t, first);
-            finish_placed_item<DT, STYLE>(a, pl, *(const uint4 *)p, *(const uint4 *)(p + half_bytes), t, slot,
-                                          first, half_bytes, gr.rotated, cs, GB);
+            finish_placed_item<DT, STYLE, FP8>(a, pl, *(const uint4 *)p, *(const uint4 *)(p + half_bytes), t, to_pool,
+                                          block, row, first, half_bytes, gr.rotated, cs, GB, k_inv, v_inv);
         }
         if (threadIdx.x == 0 && threadIdx.y == 0 && blockIdx.y == 0 && slot >= a.pool_size)
             rp_record_bad_slot(a.status, t, slot, a.pool_size);
@@ -94,11 +100,11 @@ rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
     }
 }
 
-template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP> rp_kernel_fn<FREQ_CAP> rp_prefill_kernel(void)
+template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8> rp_kernel_fn<FREQ_CAP> rp_prefill_kernel(void)
 {
-    return rope_pool_prefill<DT, STYLE, HALF, FREQ_CAP, RP_PREFILL_PREFETCH>;
+    return rope_pool_prefill<DT, STYLE, HALF, FREQ_CAP, FP8, RP_PREFILL_PREFETCH>;
 }
 
-#define RP_INSTANTIATE_PREFILL(DT, STYLE, HALF, FREQ_CAP)                                                      \
-    template rp_kernel_fn<FREQ_CAP> rp_prefill_kernel<DT, STYLE, HALF, FREQ_CAP>(void);
+#define RP_INSTANTIATE_PREFILL(DT, STYLE, HALF, FREQ_CAP, FP8)                                                 \
+    template rp_kernel_fn<FREQ_CAP> rp_prefill_kernel<DT, STYLE, HALF, FREQ_CAP, FP8>(void);
 RP_VECTOR_VARIANTS(RP_INSTANTIATE_PREFILL)

@@ -24,11 +24,26 @@ static void fill_args(rp_kernel_args<FREQ_CAP> *a, const rp_cuda_state *st, cons
     a->k_pool = p->k_pool;
     a->v_pool = p->v_pool;
     a->status = st->status;
-    const int64_t *strides[T_COUNT] = {p->q_stride,     p->k_stride,      p->v_stride,     p->q_rot_stride,
-                                       p->k_rot_stride, p->k_pool_stride, p->v_pool_stride};
+    /* pools: [block, head, dim] here, the row in block apart */
+    const int64_t k_pool[3] = {p->k_pool_stride[0], p->k_pool_stride[2], p->k_pool_stride[3]};
+    const int64_t v_pool[3] = {p->v_pool_stride[0], p->v_pool_stride[2], p->v_pool_stride[3]};
+    const int64_t *strides[T_COUNT] = {p->q_stride,     p->k_stride, p->v_stride, p->q_rot_stride,
+                                       p->k_rot_stride, k_pool,      v_pool};
     for (int t = 0; t < T_COUNT; t++)
         for (int d = 0; d < 3; d++)
             a->stride[t][d] = strides[t][d];
+    a->pool_row_stride[0] = p->k_pool_stride[1];
+    a->pool_row_stride[1] = p->v_pool_stride[1];
+    a->block_size = p->block_size;
+    a->inv_block_size = 1.0 / (double)p->block_size;
+    a->block_shift = p->block_shift;
+    a->pool_fp8 = p->pool_dtype == RP_F8_E4M3 ? RP_POOL_E4M3 : p->pool_dtype == RP_F8_E5M2 ? RP_POOL_E5M2 : RP_POOL_SAME;
+    a->k_inv_scale = (float)(1.0 / p->k_scale);
+    a->v_inv_scale = (float)(1.0 / p->v_scale);
+    a->k_scale_ptr = p->k_scale_ptr;
+    a->v_scale_ptr = p->v_scale_ptr;
+    a->v_head_dim = (int)p->v_head_dim;
+    a->v_chunks = (int)((p->v_head_dim + p->head_dim - 1) / p->head_dim);
     a->pos_stride = p->pos_stride;
     a->slot_stride = p->slot_stride;
     a->num_tokens = p->num_tokens;
@@ -68,7 +83,7 @@ static cudaError_t launch(void (*kernel)(Args), dim3 grid, dim3 block, size_t sh
     return cudaLaunchKernelEx(&config, kernel, args);
 }
 
-template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP>
+template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8 = false>
 static cudaError_t launch_vectorized(const rp_cuda_state *st, const rp_problem *p, rp_parts parts,
                                      const rp_cuda_plan *plan, cudaStream_t stream)
 {
@@ -77,8 +92,9 @@ static cudaError_t launch_vectorized(const rp_cuda_state *st, const rp_problem *
     const dim3 grid(plan->grid, (unsigned)plan->chunks);
     const dim3 block((unsigned)plan->groups_per_block, (unsigned)plan->heads_per_pass,
                      (unsigned)plan->tokens_per_block);
-    const rp_kernel_fn<FREQ_CAP> kernel = plan->items_per_thread >= 2 ? rp_prefill_kernel<DT, STYLE, HALF, FREQ_CAP>()
-                                                                      : rp_decode_kernel<DT, STYLE, HALF, FREQ_CAP>();
+    const rp_kernel_fn<FREQ_CAP> kernel = plan->items_per_thread >= 2
+                                              ? rp_prefill_kernel<DT, STYLE, HALF, FREQ_CAP, FP8>()
+                                              : rp_decode_kernel<DT, STYLE, HALF, FREQ_CAP, FP8>();
     return launch(kernel, grid, block, plan->shared_bytes, stream, plan->overlap_launch, a);
 }
 
@@ -103,6 +119,11 @@ static cudaError_t launch_dtype(const rp_cuda_state *st, const rp_problem *p, rp
     if (!plan->vectorized)
         return pairs <= 256 ? launch_strided<DT, 256>(st, p, parts, plan, stream)
                             : launch_strided<DT, RP_CUDA_MAX_HEAD_DIM / 2>(st, p, parts, plan, stream);
+    if (rp_pool_is_fp8(p)) /* pairs <= RP_VECTOR_FP8_MAX_PAIRS: the plan saw to it */
+        return p->style == RP_ROPE_GPTJ ? launch_vectorized<DT, RP_ROPE_GPTJ, 0, 256, true>(st, p, parts, plan, stream)
+               : p->rotary_dim == p->head_dim && pairs == 64
+                   ? launch_vectorized<DT, RP_ROPE_NEOX, 64, 64, true>(st, p, parts, plan, stream)
+                   : launch_vectorized<DT, RP_ROPE_NEOX, 0, 256, true>(st, p, parts, plan, stream);
     if (p->style == RP_ROPE_GPTJ)
         return pairs <= 256 ? launch_vectorized<DT, RP_ROPE_GPTJ, 0, 256>(st, p, parts, plan, stream)
                             : launch_vectorized<DT, RP_ROPE_GPTJ, 0, RP_CUDA_MAX_HEAD_DIM / 2>(st, p, parts, plan, stream);
