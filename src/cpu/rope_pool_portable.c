@@ -1,7 +1,8 @@
 /*
  * rope_pool_portable.c — the CPU kernel for any processor: plain C that compilers vectorise,
  * used where no SIMD kernel fits. Same algorithm as the SIMD kernels: per token, the angles'
- * sin/cos in float64 (sincos.h), once, then every head's rotation in float32.
+ * sin/cos in float64 (sincos.h), scaled by s and rounded once, then every head's rotation in
+ * float32; GPT-J pairs are read and written with an element step of 2.
  */
 #include "../dtype.h"
 #include "../internal.h"
@@ -12,66 +13,88 @@
 
 enum { CHUNK = 256 }; /* pairs per pass: bounds the stack buffers for any head_dim */
 
-static void load_row(rp_dtype dtype, const void *src, int64_t n, float *dst)
+/* n elements src[0], src[step], ... (step 1: NeoX halves; 2: GPT-J's even or odd elements). */
+static void load_row(rp_dtype dtype, const void *src, int64_t step, int64_t n, float *dst)
 {
     if (dtype == RP_F32) {
-        memcpy(dst, src, (size_t)n * sizeof(float));
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = ((const float *)src)[i * step];
     } else if (dtype == RP_F16) {
         for (int64_t i = 0; i < n; i++)
-            dst[i] = rp_f16_bits_to_float(((const uint16_t *)src)[i]);
+            dst[i] = rp_f16_bits_to_float(((const uint16_t *)src)[i * step]);
     } else {
         for (int64_t i = 0; i < n; i++)
-            dst[i] = rp_bf16_bits_to_float(((const uint16_t *)src)[i]);
+            dst[i] = rp_bf16_bits_to_float(((const uint16_t *)src)[i * step]);
     }
 }
 
-static void store_row(rp_dtype dtype, const float *src, int64_t n, void *dst)
+static void store_row(rp_dtype dtype, const float *src, int64_t n, void *dst, int64_t step)
 {
     if (dtype == RP_F32) {
-        memcpy(dst, src, (size_t)n * sizeof(float));
+        for (int64_t i = 0; i < n; i++)
+            ((float *)dst)[i * step] = src[i];
     } else if (dtype == RP_F16) {
         for (int64_t i = 0; i < n; i++)
-            ((uint16_t *)dst)[i] = rp_double_to_f16_bits(src[i]);
+            ((uint16_t *)dst)[i * step] = rp_double_to_f16_bits(src[i]);
     } else {
         for (int64_t i = 0; i < n; i++)
-            ((uint16_t *)dst)[i] = rp_float_to_bf16_bits(src[i]);
+            ((uint16_t *)dst)[i * step] = rp_float_to_bf16_bits(src[i]);
     }
 }
 
-/* n float32 values to an fp8 pool row: fp8(x * inv_scale), one rounding of the float32 product
- * (dtype.h's converter on a float32 value is exact). */
-static void store_fp8(int e5m2, const float *src, int64_t n, float inv_scale, uint8_t *dst)
+/* n float32 values to fp8 codes fp8(x * inv_scale) at dst[0], dst[step], ...: one rounding of the
+ * float32 product (dtype.h's converter is exact on a float32 value). */
+static void store_fp8(int e5m2, const float *src, int64_t n, float inv_scale, uint8_t *dst, int64_t step)
 {
     for (int64_t i = 0; i < n; i++)
-        dst[i] = rp_double_to_fp8_bits((double)(src[i] * inv_scale), e5m2);
+        dst[i * step] = rp_double_to_fp8_bits((double)(src[i] * inv_scale), e5m2);
 }
 
-/* Rotates pairs [i0, i0+n) of one head row; src may equal dst (in place). pool (may be NULL) is
- * the k_pool head row; inv_scale = 1 / k_scale in float32 for fp8 pools. */
+/* n elements of src (dtype) to an fp8 pool row. */
+static void copy_fp8(const rp_problem *p, const char *src, int64_t n, float inv_scale, uint8_t *dst)
+{
+    float x[CHUNK];
+    const int64_t elem = (int64_t)rp_dtype_size(p->dtype);
+    for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
+        const int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
+        load_row(p->dtype, src + i0 * elem, 1, m, x);
+        store_fp8(p->pool_dtype == RP_F8_E5M2, x, m, inv_scale, dst + i0, 1);
+    }
+}
+
+/* Rotates pairs [i0, i0+n) of one head row in p's style and, with the last chunk, copies the
+ * pass-through dims R..D-1; src may equal dst (in place); pool (the k_pool head row) may be NULL.
+ * An fp8 pool takes fp8(x' * inv_scale) of the float32 x', not of the rounded k_rot. */
 static void rotate_chunk(const rp_problem *p, int64_t i0, int64_t n, const char *src, char *dst,
                          char *pool, float inv_scale, const float *cs, const float *sn)
 {
-    const rp_dtype dtype = p->dtype;
-    const int64_t half = p->head_dim / 2;
-    const size_t elem = rp_dtype_size(dtype);
+    const size_t elem = rp_dtype_size(p->dtype);
+    const int64_t R = p->rotary_dim, D = p->head_dim, half = R / 2;
+    const int gptj = p->style == RP_ROPE_GPTJ;
+    const int64_t a = gptj ? 2 * i0 : i0, b = gptj ? 2 * i0 + 1 : half + i0, step = gptj ? 2 : 1;
     float x[CHUNK], y[CHUNK], ox[CHUNK], oy[CHUNK];
-    load_row(dtype, src + i0 * elem, n, x);
-    load_row(dtype, src + (half + i0) * elem, n, y);
+    load_row(p->dtype, src + a * (int64_t)elem, step, n, x);
+    load_row(p->dtype, src + b * (int64_t)elem, step, n, y);
     for (int64_t i = 0; i < n; i++) {
         ox[i] = x[i] * cs[i] - y[i] * sn[i];
         oy[i] = y[i] * cs[i] + x[i] * sn[i];
     }
-    store_row(dtype, ox, n, dst + i0 * elem);
-    store_row(dtype, oy, n, dst + (half + i0) * elem);
-    if (!pool)
-        return;
-    if (rp_pool_is_fp8(p)) { /* from the float32 rotation, not from the rounded k_rot */
+    if (pool && rp_pool_is_fp8(p)) {
         const int e5m2 = p->pool_dtype == RP_F8_E5M2;
-        store_fp8(e5m2, ox, n, inv_scale, (uint8_t *)pool + i0);
-        store_fp8(e5m2, oy, n, inv_scale, (uint8_t *)pool + half + i0);
-    } else {
-        store_row(dtype, ox, n, pool + i0 * elem);
-        store_row(dtype, oy, n, pool + (half + i0) * elem);
+        store_fp8(e5m2, ox, n, inv_scale, (uint8_t *)pool + a, step);
+        store_fp8(e5m2, oy, n, inv_scale, (uint8_t *)pool + b, step);
+        if (R < D && i0 + n == half)
+            copy_fp8(p, src + R * (int64_t)elem, D - R, inv_scale, (uint8_t *)pool + R);
+        pool = NULL;
+    }
+    char *targets[2] = {dst, pool};
+    for (int d = 0; d < 2; d++) {
+        if (!targets[d])
+            continue;
+        store_row(p->dtype, ox, n, targets[d] + a * (int64_t)elem, step);
+        store_row(p->dtype, oy, n, targets[d] + b * (int64_t)elem, step);
+        if (R < D && i0 + n == half && targets[d] != src)
+            memcpy(targets[d] + R * (int64_t)elem, src + R * (int64_t)elem, (size_t)(D - R) * elem);
     }
 }
 
@@ -79,28 +102,20 @@ static void rotate_chunk(const rp_problem *p, int64_t i0, int64_t n, const char 
 static void copy_heads(const rp_problem *p, const char *src, const int64_t src_stride[3], char *pool,
                        const int64_t pool_stride[4], int64_t t, int64_t slot, int64_t n, double scale)
 {
-    const int64_t elem = (int64_t)rp_dtype_size(p->dtype);
-    const int fp8 = rp_pool_is_fp8(p), e5m2 = p->pool_dtype == RP_F8_E5M2;
-    const float inv_scale = (float)(1.0 / scale);
+    const int64_t elem = (int64_t)rp_dtype_size(p->dtype), pool_elem = (int64_t)rp_dtype_size(p->pool_dtype);
     for (int64_t h = 0; h < p->num_kv_heads; h++) {
         const char *from = src + (t * src_stride[0] + h * src_stride[1]) * elem;
-        char *to = pool + rp_pool_offset(p, pool_stride, slot, h) * (fp8 ? 1 : elem);
-        if (!fp8) {
+        char *to = pool + rp_pool_offset(p, pool_stride, slot, h) * pool_elem;
+        if (rp_pool_is_fp8(p))
+            copy_fp8(p, from, n, (float)(1.0 / scale), (uint8_t *)to);
+        else
             memcpy(to, from, (size_t)(n * elem));
-            continue;
-        }
-        float x[CHUNK];
-        for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
-            const int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
-            load_row(p->dtype, from + i0 * elem, m, x);
-            store_fp8(e5m2, x, m, inv_scale, (uint8_t *)to + i0);
-        }
     }
 }
 
 static void rope_pool_portable(const rp_problem *p, rp_parts parts, int64_t t_begin, int64_t t_end)
 {
-    const int64_t half = p->head_dim / 2, elem = (int64_t)rp_dtype_size(p->dtype);
+    const int64_t half = p->rotary_dim / 2, elem = (int64_t)rp_dtype_size(p->dtype);
     const int64_t pool_elem = (int64_t)rp_dtype_size(p->pool_dtype);
     const char *q = p->q, *k = p->k, *v = p->v;
     char *q_rot = p->q_rot, *k_rot = p->k_rot, *k_pool = p->k_pool, *v_pool = p->v_pool;
@@ -115,8 +130,8 @@ static void rope_pool_portable(const rp_problem *p, rp_parts parts, int64_t t_be
             for (int64_t i = 0; i < n; i++) {
                 double s, c;
                 rp_sincos((double)pos * p->inv_freq[i0 + i], &s, &c);
-                cs[i] = (float)c;
-                sn[i] = (float)s;
+                cs[i] = (float)(p->attention_scaling * c);
+                sn[i] = (float)(p->attention_scaling * s);
             }
             for (int64_t h = 0; h < p->num_qo_heads; h++)
                 rotate_chunk(p, i0, n, q + (t * p->q_stride[0] + h * p->q_stride[1]) * elem,

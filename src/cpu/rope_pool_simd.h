@@ -1,16 +1,27 @@
 /*
  * rope_pool_simd.h — the part of the AVX2 and AVX-512 kernels that does not depend on the vector
  * width: the walk over tokens, frequency chunks and heads, the libm fallback for huge angles, the
- * pool copies, and the choice of streaming stores. An ISA file includes this header, defines the
- * four primitives declared below (the only code that differs between ISAs), and fills its table
- * with simd_fill_table().
+ * RoPE variant (pair style, rotary_dim and its pass-through dims), the pool copies, and the choice
+ * of streaming stores. An ISA file includes this header, defines the five primitives declared
+ * below (the only code that differs between ISAs), and fills its table with simd_fill_table().
  *
- * Numerics, per token: the angles pos * inv_freq[i] are reduced and evaluated in float64 exactly
- * as sincos.h does (same constants; the Horner steps are FMAs), rounded to float32 once into
- * cs/sn, and reused by all Hq + Hk heads. Each pair then rotates in float32:
- *     x' = fma(x, c, -(y * s)),   y' = fma(y, c, x * s).
- * Both ISAs do the same operations in the same order, so their outputs agree bit for bit, and the
- * partition of tokens between threads cannot change a result.
+ * Numerics, per token: the angles pos * inv_freq[j] are reduced and evaluated in float64 exactly
+ * as sincos.h does (same constants; the Horner steps are FMAs), scaled by the attention scaling s
+ * in float64, rounded to float32 once into cs/sn (c, n), and reused by all Hq + Hk heads. Each
+ * pair (x, y) = (x[a], x[b]) then rotates in float32:
+ *     x' = fma(x, c, -(y * n)),   y' = fma(y, c, x * n).
+ * NeoX pairs (j, j + R/2) take two vectors of x and y. GPT-J pairs (2j, 2j + 1) are neighbours in
+ * one vector v: with the tables duplicated per pair, cd = [c0, c0, c1, c1, ...] and
+ * sd = [-n0, n0, -n1, n1, ...], v' = fma(v, cd, swap_pairs(v) * sd) gives the same two roundings
+ * per element: x' = fma(x, c, round(y * -n)) = fma(x, c, -round(y * n)) (rounding to nearest is
+ * symmetric), y' = fma(y, c, round(x * n)). So the styles agree bit for bit on the same pair, both
+ * ISAs do the same operations in the same order, and the partition of tokens between threads
+ * cannot change a result. Dims R..D-1 are copied.
+ *
+ * Pools: every row address comes from rp_pool_offset (flat, NHD, HND, any block size and
+ * strides). fp8 pools (pool_dt an fp8 format) take fp8(x' * float32(1 / scale)) of the float32
+ * rotated x', never of the rounded k_rot, and v's codes from v itself; their part-line stores
+ * never stream.
  */
 #ifndef RP_CPU_ROPE_POOL_SIMD_H
 #define RP_CPU_ROPE_POOL_SIMD_H
@@ -25,6 +36,7 @@
 enum {
     SIMD_CHUNK = 256, /* frequencies per pass: bounds the cs/sn buffers for any head_dim */
     SIMD_PAD = 16,    /* room past a chunk in cs/sn: a vector step may write up to a whole vector */
+    SIMD_STAGE_BYTES = 4096, /* a head row staged for streaming (see simd_streaming) */
     SIMD_LINE = 64,   /* streaming stores need every output row on a cache-line boundary */
     SIMD_STREAM_BLOCK = 64 /* tokens per block of a streaming call (see simd_rope_pool_slice) */
 };
@@ -41,26 +53,36 @@ enum {
 
 /* ---- the primitives each ISA file defines --------------------------------------------------- */
 
-/* cos and sin of pos * inv_freq[i] for i < n, rounded to float32 into cs[i] and sn[i]; entries up
- * to SIMD_PAD past n may be written too. Returns nonzero when some angle is NaN or >= 2^31 in
- * magnitude: those entries are not valid and the caller recomputes them with libm. */
-static int simd_sincos(const double *inv_freq, int64_t n, double pos, float *cs, float *sn);
+/* scale * cos and scale * sin of pos * inv_freq[i] for i < n, formed in float64 and rounded to
+ * float32 into cs[i] and sn[i]; entries up to SIMD_PAD past n may be written too. Returns nonzero
+ * when some angle is NaN or >= 2^31 in magnitude: those entries are not valid and the caller
+ * recomputes them with libm. */
+static int simd_sincos(const double *inv_freq, int64_t n, double pos, double scale, float *cs, float *sn);
 
 /* Rotates the pairs (x[j], x[j + half]) for j < n of one head row x = src (dtype dt), writing
  * dst (which may be src: every pair is read before it is written) and, unless pool is NULL, the
- * pool head row `pool` in format pool_dt: dt, or an fp8 format, which stores fp8(x' * inv_scale)
- * from the float32 x' (one rounding to fp8 of that product). cs/sn hold n entries. stream_dst /
- * stream_pool select streaming stores for dst / pool (never for fp8 pools); dt, pool_dt and both
- * flags are constants once inlined. */
+ * pool head row `pool` (pointing at its pair 0 of this chunk) in format pool_dt: dt, or an fp8
+ * format, which stores fp8(x' * inv_scale) of the float32 x' (one rounding to fp8 of that
+ * product). cs/sn hold n entries. stream_dst / stream_pool select streaming stores for dst / pool
+ * (never set for fp8 pools); dt, pool_dt and both flags are constants once inlined. */
 static RP_ALWAYS_INLINE void simd_rotate(rp_dtype dt, rp_dtype pool_dt, int stream_dst, int stream_pool,
                                          const char *src, char *dst, char *pool, int64_t half,
                                          int64_t n, const float *cs, const float *sn, float inv_scale);
+
+/* GPT-J: rotates the n elements (n even) of one head row x = src as neighbouring pairs,
+ *     out[i] = fma(x[i], cd[i], x[i ^ 1] * sd[i]),
+ * writing dst (which may be src) and, unless pool is NULL, pool (format pool_dt, as for
+ * simd_rotate); cd/sd hold n entries (the duplicated tables of simd_interleave_table). */
+static RP_ALWAYS_INLINE void simd_rotate_interleaved(rp_dtype dt, rp_dtype pool_dt, int stream_dst,
+                                                     int stream_pool, const char *src, char *dst, char *pool,
+                                                     int64_t n, const float *cd, const float *sd,
+                                                     float inv_scale);
 
 /* Copies `bytes` bytes (a multiple of 2) from src to dst, with streaming stores if `stream`. */
 static RP_ALWAYS_INLINE void simd_copy(int stream, char *dst, const char *src, int64_t bytes);
 
 /* n elements of dtype dt at src to fp8 codes fp8(x * inv_scale) (pool_dt) at dst: the fp8 pool
- * copy of v, and of k_rot in the unfused scatter. */
+ * copy of v, of k's pass-through dims, and of k_rot in the unfused scatter. */
 static RP_ALWAYS_INLINE void simd_to_fp8(rp_dtype dt, rp_dtype pool_dt, uint8_t *dst, const char *src,
                                          int64_t n, float inv_scale);
 
@@ -77,16 +99,28 @@ static inline char *simd_row(const void *base, const int64_t stride[3], int64_t 
 
 /* The angles the vector sincos cannot reduce (NaN, or |angle| >= 2^31: int64 positions, or rope
  * bases below 1), recomputed one by one through sincos.h's libm path. */
-static void simd_fix_slow_angles(const double *inv_freq, int64_t n, double pos, float *cs, float *sn)
+static void simd_fix_slow_angles(const double *inv_freq, int64_t n, double pos, double scale,
+                                 float *cs, float *sn)
 {
     for (int64_t i = 0; i < n; i++) {
         const double angle = pos * inv_freq[i];
         if (!(fabs(angle) < RP_SINCOS_FAST_LIMIT)) {
             double s, c;
             rp_sincos(angle, &s, &c);
-            cs[i] = (float)c;
-            sn[i] = (float)s;
+            cs[i] = (float)(scale * c);
+            sn[i] = (float)(scale * s);
         }
+    }
+}
+
+/* GPT-J's per-pair tables: cd[2j] = cd[2j+1] = cs[j], sd[2j] = -sn[j], sd[2j+1] = sn[j]. Once per
+ * token and chunk, shared by every head. */
+static inline void simd_interleave_table(const float *cs, const float *sn, int64_t n, float *cd, float *sd)
+{
+    for (int64_t j = 0; j < n; j++) {
+        cd[2 * j] = cd[2 * j + 1] = cs[j];
+        sd[2 * j] = -sn[j];
+        sd[2 * j + 1] = sn[j];
     }
 }
 
@@ -103,21 +137,31 @@ static int simd_pool_rows_on_lines(const void *base, const int64_t stride[4], in
            (stride[1] * elem) % SIMD_LINE == 0 && (stride[2] * elem) % SIMD_LINE == 0;
 }
 
-enum { SIMD_STREAM_ROWS = 1, SIMD_STREAM_POOL = 2 };
+enum { SIMD_STREAM_ROWS = 1, SIMD_STREAM_POOL = 2, SIMD_STAGE = 4 };
 
 /* Which outputs take streaming stores in this call (SIMD_STREAM_* bits). Pool rows always do:
  * they are scattered over a pool far larger than the cache and rarely in it, so a store that
  * skips their read-for-ownership saves the read and its latency at every size (on Zen 4, up to
  * 2x on calls of 1 to 256 tokens with fresh slots, and no loss when the rows happen to be cached).
  * q_rot and k_rot stream only in calls beyond RP_STREAM_MIN_BYTES. Either needs every vector
- * store of its rows to cover whole, aligned cache lines, so the stream path never stores part. */
+ * store of its rows to cover whole, aligned cache lines, so the stream path never stores part.
+ * The rotation's vectors do when each rotated segment (NeoX: R/2 elements, twice; GPT-J: R) is
+ * whole lines. When only the row is (partial rotary such as GPT-NeoX's 24 of 96, or D = 96 in
+ * 16-bit types), SIMD_STAGE rotates each head row into an L1 scratch row first and streams the
+ * whole row from there: a few cached stores and loads instead of giving up streaming. */
 static int simd_streaming(const rp_problem *p)
 {
-    const int64_t elem = (int64_t)rp_dtype_size(p->dtype);
-    if ((p->head_dim / 2 * elem) % SIMD_LINE != 0)
+    const int64_t elem = (int64_t)rp_dtype_size(p->dtype), R = p->rotary_dim;
+    const int64_t segment = (p->style == RP_ROPE_GPTJ ? R : R / 2) * elem;
+    if ((p->head_dim * elem) % SIMD_LINE != 0)
         return 0;
     int mode = 0;
-    /* fp8 rows are converted, not copied, in part-line steps: they take ordinary stores. */
+    if (segment % SIMD_LINE != 0) {
+        if (R / 2 > SIMD_CHUNK || p->head_dim * elem > SIMD_STAGE_BYTES)
+            return 0;
+        mode = SIMD_STAGE;
+    }
+    /* fp8 rows are converted in part-line steps: they take ordinary stores. */
     if (!rp_pool_is_fp8(p) && (p->v_head_dim * elem) % SIMD_LINE == 0 &&
         simd_pool_rows_on_lines(p->k_pool, p->k_pool_stride, elem) &&
         simd_pool_rows_on_lines(p->v_pool, p->v_pool_stride, elem))
@@ -135,8 +179,19 @@ static inline char *simd_pool_row(const rp_problem *p, void *pool, const int64_t
     return (char *)pool + rp_pool_offset(p, stride, slot, head) * pool_elem;
 }
 
-/* Writes the Hk head rows (n elements each) of token t in src to pool row `slot`: copies, or fp8
- * codes when pool_dt is an fp8 format; one span when both hold their heads back to back. */
+/* n elements of dtype dt from src to a pool row of format pool_dt: a copy, or fp8 codes. */
+static RP_ALWAYS_INLINE void simd_to_pool(rp_dtype dt, rp_dtype pool_dt, int stream, char *pool,
+                                          const char *src, int64_t n, float inv_scale)
+{
+    const int64_t elem = dt == RP_F32 ? 4 : 2;
+    if (pool_dt == dt)
+        simd_copy(stream, pool, src, n * elem);
+    else
+        simd_to_fp8(dt, pool_dt, (uint8_t *)pool, src, n, inv_scale);
+}
+
+/* Writes the Hk head rows (n elements each) of token t in src to pool row `slot`: one span when
+ * both hold their heads back to back, else head by head. */
 static RP_ALWAYS_INLINE void simd_copy_heads(rp_dtype dt, rp_dtype pool_dt, int stream, const rp_problem *p,
                                              const void *src, const int64_t src_stride[3], void *pool,
                                              const int64_t pool_stride[4], int64_t t, int64_t slot,
@@ -145,14 +200,9 @@ static RP_ALWAYS_INLINE void simd_copy_heads(rp_dtype dt, rp_dtype pool_dt, int 
     const int64_t elem = dt == RP_F32 ? 4 : 2, pool_elem = pool_dt == dt ? elem : 1;
     const int spans = src_stride[1] == n && pool_stride[2] == n;
     const int64_t heads = spans ? 1 : p->num_kv_heads, count = spans ? n * p->num_kv_heads : n;
-    for (int64_t h = 0; h < heads; h++) {
-        char *to = simd_pool_row(p, pool, pool_stride, slot, h, pool_elem);
-        const char *from = simd_row(src, src_stride, t, h, elem);
-        if (pool_dt == dt)
-            simd_copy(stream, to, from, count * elem);
-        else
-            simd_to_fp8(dt, pool_dt, (uint8_t *)to, from, count, inv_scale);
-    }
+    for (int64_t h = 0; h < heads; h++)
+        simd_to_pool(dt, pool_dt, stream, simd_pool_row(p, pool, pool_stride, slot, h, pool_elem),
+                     simd_row(src, src_stride, t, h, elem), count, inv_scale);
 }
 
 /* Touches token t's pool rows (their first and last line in each pool) ahead of the stores. The
@@ -173,6 +223,55 @@ static inline void simd_touch_pool_rows(const rp_problem *p, int64_t t, int64_t 
                        (p->v_head_dim - 1) * pool_elem, 1, 0);
 }
 
+/* Pairs [i0, i0 + n) of one head row, in the call's style; tc/ts are cs/sn (NeoX) or the
+ * duplicated tables (GPT-J). */
+static RP_ALWAYS_INLINE void simd_rotate_pairs(const rp_problem *p, rp_dtype dt, rp_dtype pool_dt,
+                                               int stream_dst, int stream_pool, const char *src, char *dst,
+                                               char *pool, int64_t i0, int64_t n, const float *tc,
+                                               const float *ts, float inv_scale)
+{
+    const int64_t elem = dt == RP_F32 ? 4 : 2, pool_elem = pool_dt == dt ? elem : 1;
+    if (p->style == RP_ROPE_GPTJ) {
+        simd_rotate_interleaved(dt, pool_dt, stream_dst, stream_pool, src + 2 * i0 * elem, dst + 2 * i0 * elem,
+                                pool ? pool + 2 * i0 * pool_elem : NULL, 2 * n, tc, ts, inv_scale);
+    } else {
+        simd_rotate(dt, pool_dt, stream_dst, stream_pool, src + i0 * elem, dst + i0 * elem,
+                    pool ? pool + i0 * pool_elem : NULL, p->rotary_dim / 2, n, tc, ts, inv_scale);
+    }
+}
+
+/* One head row src -> dst (and pool unless NULL): pairs [i0, i0 + n) and, with the last chunk,
+ * the pass-through dims R..D-1 (not copied onto themselves in place). With SIMD_STAGE and a
+ * streaming output, the row (one chunk, by simd_streaming) goes through an L1 scratch row. */
+static RP_ALWAYS_INLINE void simd_head(const rp_problem *p, rp_dtype dt, rp_dtype pool_dt, int mode,
+                                       int stream_dst, int stream_pool, const char *src, char *dst, char *pool,
+                                       int64_t i0, int64_t n, const float *tc, const float *ts, float inv_scale)
+{
+    const int64_t elem = dt == RP_F32 ? 4 : 2, pool_elem = pool_dt == dt ? elem : 1;
+    const int64_t R = p->rotary_dim, D = p->head_dim;
+    if ((mode & SIMD_STAGE) && (stream_dst || (pool && stream_pool))) {
+        /* An fp8 pool row (never streamed) takes its codes from the float32 rotation itself. */
+        char row[SIMD_STAGE_BYTES] __attribute__((aligned(64)));
+        char *fp8_pool = pool_dt != dt ? pool : NULL;
+        simd_rotate_pairs(p, dt, pool_dt, 0, 0, src, row, fp8_pool, 0, n, tc, ts, inv_scale);
+        simd_copy(0, row + R * elem, src + R * elem, (D - R) * elem);
+        simd_copy(stream_dst, dst, row, D * elem);
+        if (fp8_pool)
+            simd_to_fp8(dt, pool_dt, (uint8_t *)pool + R, src + R * elem, D - R, inv_scale);
+        else if (pool)
+            simd_copy(stream_pool, pool, row, D * elem);
+        return;
+    }
+    simd_rotate_pairs(p, dt, pool_dt, stream_dst, stream_pool, src, dst, pool, i0, n, tc, ts, inv_scale);
+    if (R < D && i0 + n == R / 2) {
+        /* The pool first: dst may be src (in place). */
+        if (pool)
+            simd_to_pool(dt, pool_dt, stream_pool, pool + R * pool_elem, src + R * elem, D - R, inv_scale);
+        if (dst != src)
+            simd_copy(stream_dst, dst + R * elem, src + R * elem, (D - R) * elem);
+    }
+}
+
 enum { SIMD_PASS_KV = 1, SIMD_PASS_Q = 2 }; /* which heads a pass over tokens handles */
 
 /* One pass over tokens [t_begin, t_end). Per token: v to its pool row, then the frequencies'
@@ -184,10 +283,14 @@ static RP_ALWAYS_INLINE void simd_rope_pool_pass(const rp_problem *p, rp_parts p
 {
     const int stream_rows = mode & SIMD_STREAM_ROWS, stream_pool = mode & SIMD_STREAM_POOL;
     const int kv = pass & SIMD_PASS_KV, q = pass & SIMD_PASS_Q, pools = kv && parts != RP_PARTS_ROTATE;
-    const int64_t elem = dt == RP_F32 ? 4 : 2, half = p->head_dim / 2, pool_elem = pool_dt == dt ? elem : 1;
+    const int gptj = p->style == RP_ROPE_GPTJ;
+    const int64_t elem = dt == RP_F32 ? 4 : 2, half = p->rotary_dim / 2, pool_elem = pool_dt == dt ? elem : 1;
     const float k_inv_scale = (float)(1.0 / p->k_scale), v_inv_scale = (float)(1.0 / p->v_scale);
     float cs[SIMD_CHUNK + SIMD_PAD] __attribute__((aligned(64)));
     float sn[SIMD_CHUNK + SIMD_PAD] __attribute__((aligned(64)));
+    float cd[2 * SIMD_CHUNK] __attribute__((aligned(64)));
+    float sd[2 * SIMD_CHUNK] __attribute__((aligned(64)));
+    const float *tc = gptj ? cd : cs, *ts = gptj ? sd : sn;
     if (pools)
         simd_touch_pool_rows(p, t_begin, pool_elem);
     for (int64_t t = t_begin; t < t_end; t++) {
@@ -203,21 +306,19 @@ static RP_ALWAYS_INLINE void simd_rope_pool_pass(const rp_problem *p, rp_parts p
             simd_copy_heads(dt, pool_dt, stream_pool, p, p->k_rot, p->k_rot_stride, p->k_pool,
                             p->k_pool_stride, t, slot, p->head_dim, k_inv_scale);
         for (int64_t i0 = 0; parts != RP_PARTS_SCATTER && i0 < half; i0 += SIMD_CHUNK) {
-            const int64_t n = half - i0 < SIMD_CHUNK ? half - i0 : SIMD_CHUNK, offset = i0 * elem;
-            if (simd_sincos(p->inv_freq + i0, n, pos, cs, sn))
-                simd_fix_slow_angles(p->inv_freq + i0, n, pos, cs, sn);
+            const int64_t n = half - i0 < SIMD_CHUNK ? half - i0 : SIMD_CHUNK;
+            if (simd_sincos(p->inv_freq + i0, n, pos, p->attention_scaling, cs, sn))
+                simd_fix_slow_angles(p->inv_freq + i0, n, pos, p->attention_scaling, cs, sn);
+            if (gptj)
+                simd_interleave_table(cs, sn, n, cd, sd);
             for (int64_t h = 0; kv && h < p->num_kv_heads; h++)
-                simd_rotate(dt, pool_dt, stream_rows, stream_pool,
-                            simd_row(p->k, p->k_stride, t, h, elem) + offset,
-                            simd_row(p->k_rot, p->k_rot_stride, t, h, elem) + offset,
-                            write_pool ? simd_pool_row(p, p->k_pool, p->k_pool_stride, slot, h, pool_elem) +
-                                             i0 * pool_elem
-                                       : NULL,
-                            half, n, cs, sn, k_inv_scale);
+                simd_head(p, dt, pool_dt, mode, stream_rows, stream_pool, simd_row(p->k, p->k_stride, t, h, elem),
+                          simd_row(p->k_rot, p->k_rot_stride, t, h, elem),
+                          write_pool ? simd_pool_row(p, p->k_pool, p->k_pool_stride, slot, h, pool_elem) : NULL,
+                          i0, n, tc, ts, k_inv_scale);
             for (int64_t h = 0; q && h < p->num_qo_heads; h++)
-                simd_rotate(dt, dt, stream_rows, 0, simd_row(p->q, p->q_stride, t, h, elem) + offset,
-                            simd_row(p->q_rot, p->q_rot_stride, t, h, elem) + offset, NULL, half, n,
-                            cs, sn, 1.0f);
+                simd_head(p, dt, dt, mode, stream_rows, 0, simd_row(p->q, p->q_stride, t, h, elem),
+                          simd_row(p->q_rot, p->q_rot_stride, t, h, elem), NULL, i0, n, tc, ts, 1.0f);
         }
     }
 }
@@ -243,26 +344,39 @@ static RP_ALWAYS_INLINE void simd_rope_pool_slice(const rp_problem *p, rp_parts 
         simd_stream_fence();
 }
 
-/* The pool format as a constant: the inputs' dtype (every streaming mode), or fp8 (rows only). */
+/* fp8 pools (never SIMD_STREAM_POOL) in format fmt: the modes that stream rows or not. */
+static RP_ALWAYS_INLINE void simd_rope_pool_fp8(const rp_problem *p, rp_parts parts, int64_t t_begin,
+                                                int64_t t_end, rp_dtype dt, rp_dtype fmt, int mode)
+{
+    enum { ROWS = SIMD_STREAM_ROWS, STAGE = SIMD_STAGE };
+    switch (mode) {
+    case ROWS: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, fmt, ROWS); break;
+    case STAGE | ROWS: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, fmt, STAGE | ROWS); break;
+    default: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, fmt, 0); break;
+    }
+}
+
 static RP_ALWAYS_INLINE void simd_rope_pool(const rp_problem *p, rp_parts parts, int64_t t_begin,
                                             int64_t t_end, rp_dtype dt)
 {
+    enum { ROWS = SIMD_STREAM_ROWS, POOL = SIMD_STREAM_POOL, STAGE = SIMD_STAGE };
     const int mode = simd_streaming(p);
-    if (rp_pool_is_fp8(p)) {
-        const int e5m2 = p->pool_dtype == RP_F8_E5M2;
-        if (mode & SIMD_STREAM_ROWS)
-            simd_rope_pool_slice(p, parts, t_begin, t_end, dt, e5m2 ? RP_F8_E5M2 : RP_F8_E4M3, SIMD_STREAM_ROWS);
-        else if (e5m2)
-            simd_rope_pool_slice(p, parts, t_begin, t_end, dt, RP_F8_E5M2, 0);
-        else
-            simd_rope_pool_slice(p, parts, t_begin, t_end, dt, RP_F8_E4M3, 0);
+    if (p->pool_dtype == RP_F8_E4M3) {
+        simd_rope_pool_fp8(p, parts, t_begin, t_end, dt, RP_F8_E4M3, mode);
+        return;
+    }
+    if (p->pool_dtype == RP_F8_E5M2) {
+        simd_rope_pool_fp8(p, parts, t_begin, t_end, dt, RP_F8_E5M2, mode);
         return;
     }
     switch (mode) {
-    case 0: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, dt, 0); break;
-    case SIMD_STREAM_POOL: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, dt, SIMD_STREAM_POOL); break;
-    case SIMD_STREAM_ROWS: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, dt, SIMD_STREAM_ROWS); break;
-    default: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, dt, SIMD_STREAM_ROWS | SIMD_STREAM_POOL); break;
+    case POOL: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, dt, POOL); break;
+    case ROWS: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, dt, ROWS); break;
+    case ROWS | POOL: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, dt, ROWS | POOL); break;
+    case STAGE | POOL: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, dt, STAGE | POOL); break;
+    case STAGE | ROWS: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, dt, STAGE | ROWS); break;
+    case STAGE | ROWS | POOL: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, dt, STAGE | ROWS | POOL); break;
+    default: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, dt, 0); break;
     }
 }
 
