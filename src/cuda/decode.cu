@@ -110,7 +110,7 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
                                    row, half_bytes, gr.rotated, cs, GB, it.kind == RP_ITEM_V ? v_inv : k_inv);
         }
         if (threadIdx.x == 0 && threadIdx.y == 0 && blockIdx.y == 0 && slot >= a.pool_size)
-            rp_record_bad_slot(a.status, t, slot, a.pool_size);
+            rp_record_bad_slot(a.status, a.host_status, t, slot, a.pool_size);
         if (rotates && tile + gridDim.x < num_tiles)
             __syncthreads(); /* the next tile rewrites the table */
     }

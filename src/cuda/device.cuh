@@ -210,11 +210,12 @@ __device__ __forceinline__ long long rp_load_index_dev(const void *base, int is6
 
 /* ---- the bad-slot record ---------------------------------------------------------------------- */
 
-/* Records (token, slot) if token is lower than what the status holds. The quick unlocked read
+/* Records (token, slot) if token is lower than what the status holds, and likewise in the host's
+ * mapped copy. The quick unlocked read
  * keeps the common case (a lower token already recorded) off the lock; under the lock the
  * comparison is repeated, so the lowest token always wins whatever the order of arrival. */
-__device__ __forceinline__ void rp_record_bad_slot(rp_cuda_slot_status *st, long long token,
-                                                   long long slot, long long pool_size)
+__device__ __forceinline__ void rp_record_bad_slot(rp_cuda_slot_status *st, rp_cuda_slot_status *host,
+                                                   long long token, long long slot, long long pool_size)
 {
     volatile rp_cuda_slot_status *vs = st;
     if ((unsigned long long)token >= vs->token)
@@ -226,6 +227,13 @@ __device__ __forceinline__ void rp_record_bad_slot(rp_cuda_slot_status *st, long
         vs->slot = slot;
         vs->pool_size = pool_size;
         vs->token = (unsigned long long)token;
+    }
+    volatile rp_cuda_slot_status *vh = host; /* the host clears its copy when it reports it */
+    if ((unsigned long long)token < vh->token) {
+        vh->slot = slot;
+        vh->pool_size = pool_size;
+        __threadfence_system(); /* the host reads token last: slot and pool_size are there */
+        vh->token = (unsigned long long)token;
     }
     __threadfence();
     atomicExch(&st->lock, 0u);

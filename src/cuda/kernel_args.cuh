@@ -27,6 +27,7 @@ template <int FREQ_CAP> struct rp_kernel_args {
     void *k_pool;                 /* [blocks, block_size, Hk, D] in any axis order     */
     void *v_pool;                 /* [blocks, block_size, Hk, Dv] likewise             */
     rp_cuda_slot_status *status;  /* [1] the context's bad-slot record                 */
+    rp_cuda_slot_status *host_status; /* [1] its host-mapped copy                      */
     long long stride[T_COUNT][3]; /* in elements, indexed by T_*; pools: [block, head,
                                      dim] (flat pools: blocks of one row)              */
     long long pool_row_stride[2]; /* k_pool, v_pool: row in block (0 for flat pools)   */

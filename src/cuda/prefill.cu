@@ -94,7 +94,7 @@ rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
                                           block, row, first, half_bytes, gr.rotated, cs, GB, k_inv, v_inv);
         }
         if (threadIdx.x == 0 && threadIdx.y == 0 && blockIdx.y == 0 && slot >= a.pool_size)
-            rp_record_bad_slot(a.status, t, slot, a.pool_size);
+            rp_record_bad_slot(a.status, a.host_status, t, slot, a.pool_size);
         if (rotates && tile + gridDim.x < num_tiles)
             __syncthreads(); /* the next tile rewrites the table */
     }

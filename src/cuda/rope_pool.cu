@@ -24,6 +24,7 @@ static void fill_args(rp_kernel_args<FREQ_CAP> *a, const rp_cuda_state *st, cons
     a->k_pool = p->k_pool;
     a->v_pool = p->v_pool;
     a->status = st->status;
+    a->host_status = st->host_status_dev;
     /* pools: [block, head, dim] here, the row in block apart */
     const int64_t k_pool[3] = {p->k_pool_stride[0], p->k_pool_stride[2], p->k_pool_stride[3]};
     const int64_t v_pool[3] = {p->v_pool_stride[0], p->v_pool_stride[2], p->v_pool_stride[3]};
@@ -170,7 +171,9 @@ extern "C" rp_status rp_cuda_rope_pool(void *state, const rp_problem *p, rp_part
     rp_status status = rp_cuda_enter_device(st->device, &previous, err);
     if (status != RP_OK)
         return status;
-    if (flags & RP_CHECK_SLOTS)
+    /* A slot an earlier kernel could not write raises here at the latest (no synchronisation). */
+    status = rp_cuda_take_earlier_bad_slot(st, err);
+    if (status == RP_OK && (flags & RP_CHECK_SLOTS))
         status = rp_cuda_check_slots(p, stream, err);
     if (status == RP_OK) {
         const rp_cuda_plan plan = rp_cuda_make_plan(st, p, parts);

@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(256) rope_pool_strided(const __grid_constant__
                                a.num_kv_heads, t, 2 * i, 2 * i + 1, a.v_head_dim);
         }
         if (i == 0 && slot >= a.pool_size)
-            rp_record_bad_slot(a.status, t, slot, a.pool_size);
+            rp_record_bad_slot(a.status, a.host_status, t, slot, a.pool_size);
     }
 }
 
