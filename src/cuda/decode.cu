@@ -34,14 +34,14 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
     rp_let_next_kernel_launch();
     const int GB = blockDim.x, HY = blockDim.y, Y = blockDim.z;
     const int group = blockIdx.y * GB + threadIdx.x;
-    const rp_group gr = group_of<STYLE, HALF, ELEM>(a, group);
-    const long long first = gr.first, half_bytes = gr.hi_bytes, pair0 = (long long)group * V;
+    const rp_group gr = group_of<HALF, ELEM>(a, group);
+    const long long first = gr.first, half_bytes = gr.hi_bytes;
     const long long T = a.num_tokens, num_tiles = a.num_tiles;
     const bool rotates = a.parts != RP_PARTS_SCATTER, uses_slot = a.parts != RP_PARTS_ROTATE;
     float4 *cs = table + threadIdx.z * (GB * V / 2) + threadIdx.x;
     /* Threads y < V of a rotated group build the table: pair y (y + HY, ...) of their group. */
     const bool builds_table = rotates && (int)threadIdx.y < V && gr.rotated;
-    const double freq = builds_table ? a.inv_freq[pair0 + threadIdx.y] : 0.0;
+    const double freq = builds_table ? a.inv_freq[pair_of<STYLE, HALF, V>(a, group, threadIdx.y)] : 0.0;
     /* This thread's item (head y; junk, and unused, when y >= heads), before the wait. */
     const rp_item item = make_item<ELEM, FP8>(a, threadIdx.y, first);
     const rp_item_rows rows = item_rows<ELEM, FP8>(a, item.kind);
@@ -85,7 +85,7 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
             if (builds_table && token_ok)
                 for (int j = threadIdx.y; j < V; j += HY) { /* more than once only when HY < V */
                     float s, c;
-                    const double f = j == (int)threadIdx.y ? freq : a.inv_freq[pair0 + j];
+                    const double f = j == (int)threadIdx.y ? freq : a.inv_freq[pair_of<STYLE, HALF, V>(a, group, j)];
                     rp_angle_sincos((double)rp_index_value(pos, a.pos64) * f, a.scale, &s, &c);
                     float *entry = (float *)&cs[(j / 2) * GB] + (j % 2) * 2;
                     entry[0] = c;

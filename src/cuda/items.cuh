@@ -1,11 +1,12 @@
 /*
  * items.cuh — device code the two vectorized kernels (decode.cu, prefill.cu) share. A head row of
  * D elements is cut into D / (2 ELEMS) groups of two 16-byte vectors (ELEMS = 16 / sizeof(element));
- * an item is one group of one head. Groups g < rot_groups rotate ELEMS pairs, g * ELEMS ..
- * g * ELEMS + ELEMS - 1: NeoX pairs (x[j], x[j + R/2]), so lo = x[g ELEMS ..] and hi = lo + R/2;
- * GPT-J pairs (x[2j], x[2j + 1]), so lo and hi are the two consecutive vectors at 2 g ELEMS. The
- * other groups are the pass-through dims [R, D), two consecutive vectors each, bit copies. Here:
- * the groups' geometry, rotating an item with the block's cos/sin table, where its rows are (built
+ * an item is one group of one head. Groups g < rot_groups rotate: lo = x[g ELEMS ..] and
+ * hi = lo + R/2, as in NeoX, for both styles, so that a warp's lo and hi loads are each one run of
+ * whole lines. NeoX: the group's ELEMS pairs are (lo[c], hi[c]), frequencies g ELEMS + c. GPT-J:
+ * lo holds pairs (x[2j], x[2j + 1]) j = g ELEMS/2 .., hi the pairs from R/4 + g ELEMS/2. The other
+ * groups are the pass-through dims [R, D), two consecutive vectors each, bit copies. Here: the
+ * groups' geometry, rotating an item with the block's cos/sin table, where its rows are (built
  * before the wait: rp_item; or at use: head_place), and storing it where it goes.
  */
 #ifndef RP_CUDA_ITEMS_CUH
@@ -14,7 +15,7 @@
 #include "kernel_args.cuh"
 
 /* One group of a head row: its first element, the bytes from its lo vector to its hi vector, and
- * whether it rotates. HALF > 0 is compiled for NeoX over the whole head (R = D = 2 HALF): every
+ * whether it rotates. HALF > 0 is compiled for the whole head rotating (R = D = 2 HALF): every
  * group rotates and the offset is a constant. */
 struct rp_group {
     long long first;
@@ -22,7 +23,7 @@ struct rp_group {
     bool rotated;
 };
 
-template <int STYLE, int HALF, size_t ELEM, typename Args>
+template <int HALF, size_t ELEM, typename Args>
 __device__ __forceinline__ rp_group group_of(const Args &a, int g)
 {
     constexpr int V = (int)(16 / ELEM);
@@ -34,10 +35,19 @@ __device__ __forceinline__ rp_group group_of(const Args &a, int g)
         return gr;
     }
     gr.rotated = g < a.rot_groups;
-    const long long neox_first = (long long)g * V, pass_first = a.rotary_dim + 2LL * (g - a.rot_groups) * V;
-    gr.first = !gr.rotated ? pass_first : STYLE == RP_ROPE_GPTJ ? 2 * neox_first : neox_first;
-    gr.hi_bytes = gr.rotated && STYLE == RP_ROPE_NEOX ? (long long)a.rot_half * (long long)ELEM : 16;
+    gr.first = gr.rotated ? (long long)g * V : a.rotary_dim + 2LL * (g - a.rot_groups) * V;
+    gr.hi_bytes = gr.rotated ? (long long)a.rot_half * (long long)ELEM : 16;
     return gr;
+}
+
+/* The frequency index of pair c (0 .. ELEMS - 1) of rotated group g: its table entry c. */
+template <int STYLE, int HALF, int V, typename Args>
+__device__ __forceinline__ long long pair_of(const Args &a, int g, int c)
+{
+    if (STYLE == RP_ROPE_NEOX)
+        return (long long)g * V + c;
+    const long long quarter = HALF ? HALF / 2 : a.rot_half / 2; /* R/4: hi's first pair */
+    return (long long)g * (V / 2) + (c < V / 2 ? c : quarter + c - V / 2);
 }
 
 /* Rotates one item in place (lo, hi: its two vectors, see above) with the table's entries of its

@@ -38,15 +38,15 @@ template <int FREQ_CAP> using rp_kernel_fn = void (*)(rp_kernel_args<FREQ_CAP>);
 /* Each kernel file returns its compiled variants through these host functions: a __global__
  * template's launch stub is local to its file (nvcc's -static-global-template-stub, the default in
  * whole-program mode), a plain host function is not.
- * STYLE: rp_rope_style. HALF: head_dim / 2 when compiled for NeoX over the whole head of one
+ * STYLE: rp_rope_style. HALF: head_dim / 2 when compiled for the whole head rotating at one
  * head_dim, 0 for any head_dim and rotary_dim (frequencies up to FREQ_CAP). */
 template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8> rp_kernel_fn<FREQ_CAP> rp_decode_kernel(void);
 template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8> rp_kernel_fn<FREQ_CAP> rp_prefill_kernel(void);
 template <rp_dtype DT, int FREQ_CAP> rp_kernel_fn<FREQ_CAP> rp_strided_kernel(void);
 
 /* The compiled variants, X(DT, STYLE, HALF, FREQ_CAP, FP8) per vectorized one and S(DT, FREQ_CAP)
- * per strided one. NeoX over the whole head, the seed's call, gets head_dim as a compile-time
- * constant for the common sizes (64, 128, 256); every other call runs the same code with runtime
+ * per strided one. Either style over the whole head gets head_dim as a compile-time constant for
+ * the common sizes (64, 128, 256); partial rotary and other sizes run the same code with runtime
  * sizes. The style is a compile-time constant: it decides the shape of the rotation's inner loop.
  * fp8 pools (FP8) are compiled apart: their conversions would cost the other pools registers
  * (measured: the decode kernel spilled); they take head_dim 128 NeoX and any rotary_dim up to 512
@@ -54,6 +54,7 @@ template <rp_dtype DT, int FREQ_CAP> rp_kernel_fn<FREQ_CAP> rp_strided_kernel(vo
 #define RP_VECTOR_VARIANTS_OF(X, DT)                                                                           \
     X(DT, RP_ROPE_NEOX, 32, 32, false) X(DT, RP_ROPE_NEOX, 64, 64, false) X(DT, RP_ROPE_NEOX, 128, 128, false)   \
     X(DT, RP_ROPE_NEOX, 0, 256, false) X(DT, RP_ROPE_NEOX, 0, RP_CUDA_MAX_HEAD_DIM / 2, false)                   \
+    X(DT, RP_ROPE_GPTJ, 32, 32, false) X(DT, RP_ROPE_GPTJ, 64, 64, false) X(DT, RP_ROPE_GPTJ, 128, 128, false)   \
     X(DT, RP_ROPE_GPTJ, 0, 256, false) X(DT, RP_ROPE_GPTJ, 0, RP_CUDA_MAX_HEAD_DIM / 2, false)                   \
     X(DT, RP_ROPE_NEOX, 64, 64, true) X(DT, RP_ROPE_NEOX, 0, 256, true) X(DT, RP_ROPE_GPTJ, 0, 256, true)
 #define RP_VECTOR_VARIANTS(X)                                                                                  \

@@ -62,6 +62,7 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
     /* Every group (items.cuh) is two whole vectors: rotated pairs and pass-through dims alike; v
      * heads as wide as k's (others: the strided kernel). */
     plan.vectorized = p->inner_contiguous && half_dim % per_vector == 0 && (p->rotary_dim / 2) % per_vector == 0 &&
+                      (p->style != RP_ROPE_GPTJ || (p->rotary_dim / 2) % 2 == 0) &&
                       p->v_head_dim == p->head_dim && groups <= MAX_GROUPS &&
                       (!fp8 || p->rotary_dim / 2 <= RP_VECTOR_FP8_MAX_PAIRS) &&
                       heads <= INT_MAX / 2 &&

@@ -22,8 +22,8 @@ rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
 
     const int GB = blockDim.x, HY = blockDim.y, Y = blockDim.z;
     const int group = blockIdx.y * GB + threadIdx.x;
-    const rp_group gr = group_of<STYLE, HALF, ELEM>(a, group);
-    const long long first = gr.first, half_bytes = gr.hi_bytes, pair0 = (long long)group * V;
+    const rp_group gr = group_of<HALF, ELEM>(a, group);
+    const long long first = gr.first, half_bytes = gr.hi_bytes;
     const long long T = a.num_tokens, num_tiles = a.num_tiles;
     const bool rotates = a.parts != RP_PARTS_SCATTER;
     float4 *cs = table + threadIdx.z * (GB * V / 2) + threadIdx.x;
@@ -66,7 +66,7 @@ rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
             if (builds_table)
                 for (int j = threadIdx.y; j < V; j += HY) {
                     float s, c;
-                    rp_angle_sincos((double)rp_index_value(pos, a.pos64) * a.inv_freq[pair0 + j], a.scale, &s,
+                    rp_angle_sincos((double)rp_index_value(pos, a.pos64) * a.inv_freq[pair_of<STYLE, HALF, V>(a, group, j)], a.scale, &s,
                                     &c);
                     float *entry = (float *)&cs[(j / 2) * GB] + (j % 2) * 2;
                     entry[0] = c;

@@ -109,7 +109,7 @@ static cudaError_t launch_strided(const rp_cuda_state *st, const rp_problem *p, 
                   plan->overlap_launch, a);
 }
 
-/* The variants of kernels.cuh: NeoX over the whole head gets head_dim as a compile-time constant
+/* The variants of kernels.cuh: either style over the whole head gets head_dim as a compile-time constant
  * for the common sizes (64, 128, 256); the others run the same code with a runtime head_dim and
  * rotary_dim. Frequencies up to RP_CUDA_MAX_HEAD_DIM / 2. */
 template <rp_dtype DT>
@@ -126,8 +126,14 @@ static cudaError_t launch_dtype(const rp_cuda_state *st, const rp_problem *p, rp
                    ? launch_vectorized<DT, RP_ROPE_NEOX, 64, 64, true>(st, p, parts, plan, stream)
                    : launch_vectorized<DT, RP_ROPE_NEOX, 0, 256, true>(st, p, parts, plan, stream);
     if (p->style == RP_ROPE_GPTJ)
-        return pairs <= 256 ? launch_vectorized<DT, RP_ROPE_GPTJ, 0, 256>(st, p, parts, plan, stream)
-                            : launch_vectorized<DT, RP_ROPE_GPTJ, 0, RP_CUDA_MAX_HEAD_DIM / 2>(st, p, parts, plan, stream);
+        switch (p->rotary_dim == p->head_dim ? pairs : 0) {
+        case 32: return launch_vectorized<DT, RP_ROPE_GPTJ, 32, 32>(st, p, parts, plan, stream);
+        case 64: return launch_vectorized<DT, RP_ROPE_GPTJ, 64, 64>(st, p, parts, plan, stream);
+        case 128: return launch_vectorized<DT, RP_ROPE_GPTJ, 128, 128>(st, p, parts, plan, stream);
+        default:
+            return pairs <= 256 ? launch_vectorized<DT, RP_ROPE_GPTJ, 0, 256>(st, p, parts, plan, stream)
+                                : launch_vectorized<DT, RP_ROPE_GPTJ, 0, RP_CUDA_MAX_HEAD_DIM / 2>(st, p, parts, plan, stream);
+        }
     switch (p->rotary_dim == p->head_dim ? pairs : 0) {
     case 32: return launch_vectorized<DT, RP_ROPE_NEOX, 32, 32>(st, p, parts, plan, stream);
     case 64: return launch_vectorized<DT, RP_ROPE_NEOX, 64, 64>(st, p, parts, plan, stream);
