@@ -349,11 +349,14 @@ typedef struct rp_rope_pool_args {
  * frequency table). CUDA tensors need a ctx created with RP_CONTEXT_CUDA for their device; the
  * launch goes to args->stream, never allocates, never synchronises the host (unless
  * RP_CHECK_SLOTS) and may be captured in a CUDA graph. On CUDA, slot values are checked by the
- * kernel itself: an out-of-range slot is never written, and rp_context_check() reports it;
- * duplicates are found only with RP_CHECK_SLOTS. The CUDA backend of this version serves the
- * seed's variant only (NeoX, rotary_dim = D, rope_base's table, s = 1) with flat pools of q's
- * dtype and v_head_dim = D: paged layouts, fp8 pools and v_head_dim return RP_ERR_UNSUPPORTED
- * there for now.
+ * kernel itself: an out-of-range slot is never written, and is recorded in the context (device
+ * memory, and a host-mapped copy). rp_context_check() reports it at once; without it, the next
+ * rp_rope_pool_fused call on ctx that starts after the recording kernel has finished returns
+ * RP_ERR_SLOT_OUT_OF_RANGE naming that earlier token and slot, and writes nothing (it reads the
+ * host-mapped copy: no synchronisation, and kernels replayed from a CUDA graph record there too).
+ * Duplicates are found only with RP_CHECK_SLOTS. Every variant, pool layout, fp8 format and
+ * v_head_dim runs on CUDA; device-memory scales (k_scale_ptr, v_scale_ptr) are read by the kernel
+ * and not checked: they must hold a positive finite float32.
  *
  * Never writes outside q_rot, k_rot and the rows slots[t] of k_pool and v_pool.
  * T = 0 is a valid no-op (shapes are still checked).

@@ -13,6 +13,8 @@
 /* The first out-of-range slot that a kernel met since the last rp_context_check(): the LOWEST
  * token index among all launches, so that racing threads and blocks always leave the same record.
  * `lock` serialises writers (rare: only bad slots take it). */
+#define RP_NO_BAD_TOKEN (~0ull)
+
 typedef struct rp_cuda_slot_status {
     unsigned long long token; /* ~0ull when nothing was recorded */
     long long slot;
@@ -28,6 +30,10 @@ typedef struct rp_cuda_state {
     int compute_capability; /* major * 10 + minor */
     /* Device memory: [0] is what kernels update, [1] receives [0] when a check takes it. */
     rp_cuda_slot_status *status;
+    /* Pinned host memory mapped into the device: kernels copy each new lowest record there too,
+     * so that the next call reads it without synchronising. host_status_dev is its device
+     * address. */
+    rp_cuda_slot_status *host_status, *host_status_dev;
 } rp_cuda_state;
 
 /* How a call is launched. Made by rp_cuda_make_plan, the one place where geometry is chosen. */
@@ -67,6 +73,10 @@ rp_status rp_cuda_launch(const rp_cuda_state *st, const rp_problem *p, rp_parts 
 /* RP_CHECK_SLOTS: copies the slots to the host (one synchronisation of `stream`) and validates
  * range and duplicates with the CPU's rp_validate_slots. */
 rp_status rp_cuda_check_slots(const rp_problem *p, cudaStream_t stream, rp_err *err);
+
+/* The host-mapped copy of the bad-slot record: RP_ERR_SLOT_OUT_OF_RANGE naming the slot an earlier
+ * call's kernel recorded (and clears the copy), or RP_OK. Reads pinned host memory only. */
+rp_status rp_cuda_take_earlier_bad_slot(const rp_cuda_state *st, rp_err *err);
 
 /* Makes `device` current, saving the caller's in *previous; leave gives it back. */
 rp_status rp_cuda_enter_device(int device, int *previous, rp_err *err);

@@ -10,18 +10,20 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
-/* sin and cos of angle = position * inv_freq, with src/cpu/sincos.h's algorithm: k = rint(angle *
- * 2/pi), a two-step Cody-Waite reduction that is exact for |k| < 2^31, fdlibm's polynomials; larger
- * angles (int64 positions only) use CUDA's sin/cos, which reduce exactly at any size. Both are
- * then rounded once to float32, as the contract says. */
-__device__ __forceinline__ void rp_angle_sincos(double angle, float *s_out, float *c_out)
+/* scale * sin and scale * cos of angle = position * inv_freq (scale = attention_scaling), with
+ * src/cpu/sincos.h's algorithm: k = rint(angle * 2/pi), a two-step Cody-Waite reduction that is
+ * exact for |k| < 2^31, fdlibm's polynomials; larger angles (int64 positions only) use CUDA's
+ * sin/cos, which reduce exactly at any size. The products with scale are float64 too, and each
+ * result is rounded once to float32, as the contract says (scale = 1 multiplies exactly). */
+__device__ __forceinline__ void rp_angle_sincos(double angle, double scale, float *s_out, float *c_out)
 {
     if (!(fabs(angle) < RP_SINCOS_FAST_LIMIT)) {
         double s, c;
         sincos(angle, &s, &c);
-        *s_out = (float)s;
-        *c_out = (float)c;
+        *s_out = (float)(scale * s);
+        *c_out = (float)(scale * c);
         return;
     }
     const double k = rint(angle * RP_TWO_OVER_PI);
@@ -33,7 +35,8 @@ __device__ __forceinline__ void rp_angle_sincos(double angle, float *s_out, floa
         RP_COS_C1 + z * (RP_COS_C2 + z * (RP_COS_C3 + z * (RP_COS_C4 + z * (RP_COS_C5 + z * RP_COS_C6))));
     const double sr = r + r * z * sin_poly;
     const double cr = 1.0 - 0.5 * z + z * z * cos_poly;
-    const float fs = (float)sr, fc = (float)cr;
+    /* negation commutes with the scaling and the rounding: scale first, then pick the quadrant */
+    const float fs = (float)(scale * sr), fc = (float)(scale * cr);
     switch ((int)((long long)k & 3)) {
     case 0: *s_out = fs; *c_out = fc; break;
     case 1: *s_out = fc; *c_out = -fs; break;
@@ -125,6 +128,27 @@ template <> struct rp_elem<RP_BF16> : rp_elem16<__nv_bfloat162> {
     static __device__ __forceinline__ __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
 };
 
+/* ---- fp8 pool codes -------------------------------------------------------------------------
+ * x rounded once to OCP e4m3fn (e5m2 when e5m2 != 0): round to nearest-even, saturating to the
+ * finite range (infinities too), NaN stays NaN. sm_89+ use the hardware's cvt.rn.satfinite; the
+ * header's fallback on older GPUs rounds the same way. */
+__device__ __forceinline__ unsigned rp_fp8x2(float lo, float hi, int e5m2)
+{
+    return (unsigned)__nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, e5m2 ? __NV_E5M2 : __NV_E4M3);
+}
+
+__device__ __forceinline__ unsigned char rp_fp8(float x, int e5m2)
+{
+    return (unsigned char)__nv_cvt_float_to_fp8(x, __NV_SATFINITE, e5m2 ? __NV_E5M2 : __NV_E4M3);
+}
+
+/* Four values as four fp8 codes in one word, the first in the low byte. */
+__device__ __forceinline__ unsigned rp_fp8x4(const float *x, float inv_scale, int e5m2)
+{
+    return rp_fp8x2(x[0] * inv_scale, x[1] * inv_scale, e5m2) |
+           (rp_fp8x2(x[2] * inv_scale, x[3] * inv_scale, e5m2) << 16);
+}
+
 /* ---- programmatic dependent launch (sm_90+; no-ops before) ---------------------------------------
  * A kernel launched with programmatic stream serialization may start while the kernel before it on
  * the stream is still running; it must wait for that kernel (completion and memory) before it
@@ -186,11 +210,12 @@ __device__ __forceinline__ long long rp_load_index_dev(const void *base, int is6
 
 /* ---- the bad-slot record ---------------------------------------------------------------------- */
 
-/* Records (token, slot) if token is lower than what the status holds. The quick unlocked read
+/* Records (token, slot) if token is lower than what the status holds, and likewise in the host's
+ * mapped copy. The quick unlocked read
  * keeps the common case (a lower token already recorded) off the lock; under the lock the
  * comparison is repeated, so the lowest token always wins whatever the order of arrival. */
-__device__ __forceinline__ void rp_record_bad_slot(rp_cuda_slot_status *st, long long token,
-                                                   long long slot, long long pool_size)
+__device__ __forceinline__ void rp_record_bad_slot(rp_cuda_slot_status *st, rp_cuda_slot_status *host,
+                                                   long long token, long long slot, long long pool_size)
 {
     volatile rp_cuda_slot_status *vs = st;
     if ((unsigned long long)token >= vs->token)
@@ -202,6 +227,13 @@ __device__ __forceinline__ void rp_record_bad_slot(rp_cuda_slot_status *st, long
         vs->slot = slot;
         vs->pool_size = pool_size;
         vs->token = (unsigned long long)token;
+    }
+    volatile rp_cuda_slot_status *vh = host; /* the host clears its copy when it reports it */
+    if ((unsigned long long)token < vh->token) {
+        vh->slot = slot;
+        vh->pool_size = pool_size;
+        __threadfence_system(); /* the host reads token last: slot and pool_size are there */
+        vh->token = (unsigned long long)token;
     }
     __threadfence();
     atomicExch(&st->lock, 0u);

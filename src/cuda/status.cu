@@ -1,6 +1,7 @@
 /*
  * status.cu — the CUDA side of a context: the device it serves, the device word where kernels
- * record the first out-of-range slot, rp_context_check() (take that record and clear it), and
+ * record the first out-of-range slot (and its host-mapped copy, which the next call reads),
+ * rp_context_check() (take that record and clear it), and
  * RP_CHECK_SLOTS (validate slots on the host before launching).
  */
 #include "cuda_backend.h"
@@ -8,8 +9,6 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define RP_NO_BAD_TOKEN (~0ull)
 
 extern "C" int rp_has_cuda(void)
 {
@@ -79,12 +78,18 @@ extern "C" rp_status rp_cuda_context_init(int32_t device, void **state, rp_err *
         (e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device)) != cudaSuccess ||
         (e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device)) != cudaSuccess ||
         (e = cudaMalloc((void **)&st->status, sizeof initial)) != cudaSuccess ||
-        (e = cudaMemcpy(st->status, initial, sizeof initial, cudaMemcpyHostToDevice)) != cudaSuccess) {
+        (e = cudaMemcpy(st->status, initial, sizeof initial, cudaMemcpyHostToDevice)) != cudaSuccess ||
+        (e = cudaHostAlloc((void **)&st->host_status, sizeof initial[0], cudaHostAllocMapped | cudaHostAllocPortable)) !=
+            cudaSuccess ||
+        (e = cudaHostGetDevicePointer((void **)&st->host_status_dev, st->host_status, 0)) != cudaSuccess) {
         if (st->status)
             cudaFree(st->status);
+        if (st->host_status)
+            cudaFreeHost(st->host_status);
         free(st);
         status = rp_cuda_fail(err, e, "preparing the CUDA context");
     } else {
+        *st->host_status = initial[0];
         st->compute_capability = major * 10 + minor;
         *state = st;
     }
@@ -100,6 +105,7 @@ extern "C" void rp_cuda_context_free(void *state)
     int previous = -1;
     if (rp_cuda_enter_device(st->device, &previous, NULL) == RP_OK) {
         cudaFree(st->status); /* waits for kernels still using it */
+        cudaFreeHost(st->host_status);
         rp_cuda_leave_device(st->device, previous);
     }
     free(st);
@@ -123,9 +129,25 @@ extern "C" rp_status rp_cuda_context_check(void *state, void *stream_handle, rp_
     rp_cuda_leave_device(st->device, previous);
     if (e != cudaSuccess)
         return rp_cuda_fail(err, e, "rp_context_check");
+    ((volatile rp_cuda_slot_status *)st->host_status)->token = RP_NO_BAD_TOKEN; /* reported here */
     if (taken.token == RP_NO_BAD_TOKEN)
         return RP_OK;
     return rp_fail_slot_out_of_range(err, taken.slot, (int64_t)taken.token, taken.pool_size);
+}
+
+extern "C" rp_status rp_cuda_take_earlier_bad_slot(const rp_cuda_state *st, rp_err *err)
+{
+    volatile rp_cuda_slot_status *h = st->host_status;
+    const unsigned long long token = h->token;
+    if (token == RP_NO_BAD_TOKEN)
+        return RP_OK;
+    const long long slot = h->slot, pool_size = h->pool_size;
+    h->token = RP_NO_BAD_TOKEN;
+    return rp_fail(err, RP_ERR_SLOT_OUT_OF_RANGE,
+                   "an earlier call on this CUDA context skipped the pool write of its token %llu: slot %lld is "
+                   "out of range for a pool of %lld slots (this call wrote nothing; rp_context_check() reports "
+                   "such slots at once)",
+                   token, slot, pool_size);
 }
 
 extern "C" rp_status rp_cuda_check_slots(const rp_problem *p, cudaStream_t stream, rp_err *err)

@@ -110,8 +110,9 @@ static void all_f64(rp_rope_pool_args *a)
 }
 static void slots_uint32(rp_rope_pool_args *a) { a->slots.dtype = RP_U32; }
 static void base_nan(rp_rope_pool_args *a) { a->rope_base = NAN; }
-static void style_gptj(rp_rope_pool_args *a) { a->style = RP_ROPE_GPTJ; }
-static void partial_rotary(rp_rope_pool_args *a) { a->rotary_dim = 32; }
+static void style_unknown(rp_rope_pool_args *a) { a->style = 7; }
+static void rotary_dim_odd(rp_rope_pool_args *a) { a->rotary_dim = 33; }
+static void scaling_negative(rp_rope_pool_args *a) { a->attention_scaling = -1.5; }
 static void reserved_set(rp_rope_pool_args *a) { a->reserved[2] = 1; }
 static void k_rot_f16(rp_rope_pool_args *a) { a->k_rot.dtype = RP_F16; }
 static void v_null(rp_rope_pool_args *a) { a->v.data = NULL; }
@@ -127,8 +128,9 @@ static void test_our_checks_on_cuda_tensors(void)
     EXPECT_SAME(all_f64);
     EXPECT_SAME(slots_uint32);
     EXPECT_SAME(base_nan);
-    EXPECT_SAME(style_gptj);
-    EXPECT_SAME(partial_rotary);
+    EXPECT_SAME(style_unknown);
+    EXPECT_SAME(rotary_dim_odd);
+    EXPECT_SAME(scaling_negative);
     EXPECT_SAME(reserved_set);
     EXPECT_SAME(k_rot_f16);
     EXPECT_SAME(v_null);

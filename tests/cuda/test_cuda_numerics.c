@@ -1,6 +1,7 @@
 /*
  * test_cuda_numerics.c — the GPU's results against the float64 formula (rp_ref_verify) for every
- * dtype, index dtype and model shape, decode and prefill sizes, extreme positions; agreement with
+ * dtype, index dtype and model shape, decode and prefill sizes, extreme positions, every RoPE variant
+ * (style, rotary_dim, caller tables, attention scaling); agreement with
  * the CPU backend on the same inputs; rotate + scatter equal to the fused call; results that do
  * not depend on the launch geometry.
  */
@@ -103,15 +104,49 @@ static void test_extreme_positions_within_bound(void)
             }
 }
 
+/* Both styles, R in {2, D - 2, D/2, D}, each table kind and attention scaling (test_variants), on
+ * head dims that do and do not fit the vectorized kernels (80, 96, R = 2), at extreme positions,
+ * for decode (T = 1), a small call and a prefill-sized one: within the bound, pass-through dims
+ * exact (rp_ref_verify checks the float64 formula of the variant). */
+static void test_every_variant_within_bound(void)
+{
+    static const int64_t dims[][3] = {{3, 1, 80}, {2, 2, 96}, {4, 2, 128}, {2, 1, 256}, {1, 1, 64}, {32, 8, 128}};
+    const int64_t big_T = cuda_test_quick() ? 40 : 700;
+    for (int d = 0; d < 3; d++)
+        for (size_t s = 0; s < sizeof dims / sizeof dims[0]; s++)
+            for (int v = 0; v < NUM_TEST_VARIANTS; v++)
+                for (int size = 0; size < 3; size++) {
+                    const rp_dtype idx = v % 2 ? RP_I64 : RP_I32;
+                    fixture f;
+                    if (size == 0) {
+                        fixture_init_extreme(&f, &rng, dims[s], dtypes[d], idx);
+                    } else {
+                        const int64_t T = size == 1 ? 1 : big_T;
+                        if (size == 2 && s != 5)
+                            continue; /* one prefill shape keeps the float64 check quick */
+                        fixture_init(&f, &rng, T, dims[s][0], dims[s][1], dims[s][2], T + 16, dtypes[d], idx, 131072, 1);
+                    }
+                    fixture_set_variant(&f, &rng, &test_variants[v]);
+                    char what[160], name[64];
+                    snprintf(what, sizeof what, "%lld/%lld/%lld %s T=%lld %s", (long long)dims[s][0],
+                             (long long)dims[s][1], (long long)dims[s][2], rp_dtype_name(dtypes[d]), (long long)f.T,
+                             variant_name(&test_variants[v], dims[s][2], name, sizeof name));
+                    run_and_verify_fixture(ctx, &f, what);
+                    fixture_free(&f);
+                }
+}
+
 /* int64 positions beyond int32 take the exact fallback of the device sin/cos. */
 static void test_int64_positions_beyond_int32(void)
 {
     static const int64_t big[] = {(int64_t)1 << 31, (int64_t)1 << 40, ((int64_t)1 << 53) - 1,
                                   -((int64_t)1 << 45) + 12345, INT64_MAX, INT64_MIN};
-    for (int d = 0; d < 3; d++)
+    for (int d = 0; d < 6; d++)
         for (int vec = 0; vec < 2; vec++) {
             fixture f;
-            fixture_init(&f, &rng, 6, 2, 1, vec ? 64 : 6, 8, dtypes[d], RP_I64, 10, 0);
+            fixture_init(&f, &rng, 6, 2, 1, vec ? 64 : 6, 8, dtypes[d % 3], RP_I64, 10, 0);
+            if (d >= 3) /* GPT-J R = D/2 with a float32 table and attention scaling */
+                fixture_set_variant(&f, &rng, &test_variants[7]);
             for (int t = 0; t < 6; t++)
                 ((int64_t *)f.positions)[t] = big[t];
             run_and_verify_fixture(ctx, &f, vec ? "int64 positions (vectorized)" : "int64 positions (strided)");
@@ -120,16 +155,21 @@ static void test_int64_positions_beyond_int32(void)
 }
 
 /* Rotate, then scatter (two launches, the benchmark's unfused baseline) equals the fused call
- * bit for bit, on both kernels. */
+ * bit for bit, on both kernels, for the seed's call and for GPT-J partial and NeoX partial ones. */
 static void test_rotate_then_scatter_equals_fused(void)
 {
-    for (int d = 0; d < 3; d++)
+    static const rope_variant variants[3] = {{RP_ROPE_NEOX, 0, TABLE_DEFAULT, 0.0},
+                                             {RP_ROPE_GPTJ, -1, TABLE_F64, 1.2},
+                                             {RP_ROPE_NEOX, -2, TABLE_F32, 0.75}};
+    for (int d = 0; d < 9; d++)
         for (int vec = 0; vec < 2; vec++) {
             const int64_t T = 37, Hq = 4, Hk = 2, D = vec ? 128 : 10, P = 64;
             fixture f, g;
             test_rng r1 = {99 + (uint64_t)d}, r2 = {99 + (uint64_t)d};
-            fixture_init(&f, &r1, T, Hq, Hk, D, P, dtypes[d], RP_I32, 50000, 1);
-            fixture_init(&g, &r2, T, Hq, Hk, D, P, dtypes[d], RP_I32, 50000, 1);
+            fixture_init(&f, &r1, T, Hq, Hk, D, P, dtypes[d % 3], RP_I32, 50000, 1);
+            fixture_init(&g, &r2, T, Hq, Hk, D, P, dtypes[d % 3], RP_I32, 50000, 1);
+            fixture_set_variant(&f, &r1, &variants[d / 3]);
+            fixture_set_variant(&g, &r2, &variants[d / 3]);
             mirror mf = {0}, mg = {0};
             mirror_fixture(&mf, &f);
             mirror_fixture(&mg, &g);
@@ -139,12 +179,13 @@ static void test_rotate_then_scatter_equals_fused(void)
             CHECK(rp_rope_pool_run(ctx, &a, RP_PARTS_ROTATE, msg, sizeof msg) == RP_OK, "rotate: %s", msg);
             CHECK(rp_rope_pool_run(ctx, &a, RP_PARTS_SCATTER, msg, sizeof msg) == RP_OK, "scatter: %s", msg);
             mirror_download(&mg);
-            const size_t e = rp_dtype_size(dtypes[d]);
+            const size_t e = rp_dtype_size(dtypes[d % 3]);
             CHECK(memcmp(f.q_rot, g.q_rot, (size_t)(T * Hq * D) * e) == 0 &&
                       memcmp(f.k_rot, g.k_rot, (size_t)(T * Hk * D) * e) == 0 &&
                       memcmp(f.k_pool, g.k_pool, (size_t)(P * Hk * D) * e) == 0 &&
                       memcmp(f.v_pool, g.v_pool, (size_t)(P * Hk * D) * e) == 0,
-                  "%s D=%lld: rotate + scatter differs from the fused call", rp_dtype_name(dtypes[d]), (long long)D);
+                  "%s D=%lld variant %d: rotate + scatter differs from the fused call", rp_dtype_name(dtypes[d % 3]),
+                  (long long)D, d / 3);
             verify_outputs(&g.args, &g.args, "rotate + scatter");
             mirror_free(&mf);
             mirror_free(&mg);
@@ -200,6 +241,7 @@ int main(void)
     ctx = cuda_test_context(0);
     RUN(test_every_dtype_and_shape_agrees_with_float64_and_the_cpu);
     RUN(test_extreme_positions_within_bound);
+    RUN(test_every_variant_within_bound);
     RUN(test_int64_positions_beyond_int32);
     RUN(test_rotate_then_scatter_equals_fused);
     RUN(test_results_do_not_depend_on_launch_geometry);

@@ -85,8 +85,8 @@ static void test_slots_past_the_pool_are_never_written(void)
         }
 }
 
-/* Many blocks race to record: the lowest token always wins, on every repetition; across two calls
- * before a check, the lowest token of either. */
+/* Many blocks race to record: the lowest token always wins, on every repetition;
+ * and a call after a finished call with a bad slot raises it at once, without a check. */
 static void test_the_lowest_bad_token_is_reported(void)
 {
     const int quick = test_quick();
@@ -111,7 +111,9 @@ static void test_the_lowest_bad_token_is_reported(void)
         fixture_free(&f);
     }
 
-    /* Two calls, then one check: the lower token of the two calls, with its own slot. */
+    /* Two calls, the first finished before the second starts: the second raises the first's bad
+     * slot without a check or any synchronisation of its own, writes nothing, and the check still
+     * reports the first call's record. */
     for (int order = 0; order < 2; order++) {
         fixture a, b;
         fixture_init(&a, &rng, 16, 2, 1, 32, 20, RP_BF16, RP_I64, 1000, 0);
@@ -124,10 +126,24 @@ static void test_the_lowest_bad_token_is_reported(void)
         rp_rope_pool_args da = mirror_args(&ma, &a.args, 0), db = mirror_args(&mb, &b.args, 0);
         char got[512];
         CHECK(rp_rope_pool_fused(ctx, order ? &db : &da, got, sizeof got) == RP_OK, "%s", got);
-        CHECK(rp_rope_pool_fused(ctx, order ? &da : &db, got, sizeof got) == RP_OK, "%s", got);
+        CUDA_OK(cudaDeviceSynchronize());
+        fixture *second = order ? &a : &b;
+        unsigned char *q_rot_before = test_alloc((size_t)(16 * 2 * 32) * 2);
+        memcpy(q_rot_before, second->q_rot, (size_t)(16 * 2 * 32) * 2);
+        const rp_status st = rp_rope_pool_fused(ctx, order ? &da : &db, got, sizeof got);
+        CHECK(st == RP_ERR_SLOT_OUT_OF_RANGE &&
+                  starts_with(got, order ? "an earlier call on this CUDA context skipped the pool write of its token 3: slot 25 "
+                                         : "an earlier call on this CUDA context skipped the pool write of its token 10: slot 21 "),
+              "order %d: the next call: %s: %s", order, rp_status_name(st), got);
+        mirror_download(order ? &ma : &mb);
+        CHECK(memcmp(q_rot_before, second->q_rot, (size_t)(16 * 2 * 32) * 2) == 0, "order %d: the refused call wrote", order);
         CHECK(rp_context_check(ctx, NULL, got, sizeof got) == RP_ERR_SLOT_OUT_OF_RANGE &&
-                  starts_with(got, "slot 25 of token 3 is out of range for a pool of 20 slots"),
+                  starts_with(got, order ? "slot 25 of token 3 is out of range for a pool of 20 slots"
+                                         : "slot 21 of token 10 is out of range for a pool of 20 slots"),
               "order %d: %s", order, got);
+        CHECK(rp_rope_pool_fused(ctx, order ? &da : &db, got, sizeof got) == RP_OK, "after the check: %s", got);
+        CHECK(rp_context_check(ctx, NULL, got, sizeof got) == RP_ERR_SLOT_OUT_OF_RANGE, "second's own slot: %s", got);
+        free(q_rot_before);
         mirror_free(&ma);
         mirror_free(&mb);
         fixture_free(&a);
@@ -220,6 +236,9 @@ static void test_graph_capture_and_replay(void)
     fixture f, g;
     fixture_init(&f, &rng, T, Hq, Hk, D, P, RP_BF16, RP_I64, 131072, 1);
     fixture_init(&g, &rng, T, Hq, Hk, D, P, RP_BF16, RP_I64, 131072, 1);
+    /* layer 2 is a variant with a caller table: the table travels in the captured launch */
+    const rope_variant gptj = {RP_ROPE_GPTJ, 64, TABLE_F64, 1.2};
+    fixture_set_variant(&g, &rng, &gptj);
     mirror m = {0};
     mirror_fixture(&m, &f);
     mirror_fixture(&m, &g);
@@ -257,6 +276,13 @@ static void test_graph_capture_and_replay(void)
             ((int64_t *)g.slots)[40] = P + 7;
         mirror_upload(&m);
         CUDA_OK(cudaGraphLaunch(exec, stream));
+        if (replay == 2) { /* a call after the replay has finished raises it, without a check */
+            CUDA_OK(cudaStreamSynchronize(stream));
+            rp_rope_pool_args again = da;
+            CHECK(rp_rope_pool_fused(ctx, &again, msg, sizeof msg) == RP_ERR_SLOT_OUT_OF_RANGE &&
+                      strstr(msg, "token 40: slot 263 is out of range for a pool of 256 slots") != NULL,
+                  "the call after a bad replay: %s", msg);
+        }
         const rp_status st = rp_context_check(ctx, stream, msg, sizeof msg);
         mirror_download(&m);
         verify_outputs(&f.args, &f.args, "graph replay, layer 1");

@@ -1,0 +1,124 @@
+/*
+ * plan.cu — rp_cuda_make_plan, the one function that chooses a call's kernel and launch geometry.
+ */
+#include "kernels.cuh"
+
+#include <limits.h>
+#include <string.h>
+
+enum {
+    STRIDED_THREADS = 256,
+    MAX_GROUPS = 512,          /* frequency groups of a head row the vectorized kernel takes */
+    /* Tuned on an H200 (bench/results/cuda-*.md): a call is "large" from this many tokens per
+     * multiprocessor; its threads then prefetch this many heads. Smaller calls give each block
+     * this many frequency groups of a token. */
+    LARGE_CALL_TOKENS_PER_SM = 4,
+    LARGE_CALL_PREFETCH = RP_PREFILL_PREFETCH,
+    MIN_LARGE_CALL_BLOCK_THREADS = 64, /* below, several tokens share a block; one measured best */
+    DECODE_GROUPS_PER_BLOCK = 4,
+    MAX_TABLE_BYTES = 48 * 1024,
+    MAX_TOKENS_PER_BLOCK = 64, /* blockDim.z */
+};
+static const long long MAX_GRID = INT_MAX;
+
+/* A [., ., D] tensor takes 16-byte vectors when its rows start on 16 bytes. Strides of a
+ * dimension of extent 1 are never used. */
+static int rows_aligned(const void *data, const int64_t stride[3], int64_t n0, int64_t n1, size_t elem)
+{
+    return (uintptr_t)data % 16 == 0 && (n0 <= 1 || (stride[0] * (int64_t)elem) % 16 == 0) &&
+           (n1 <= 1 || (stride[1] * (int64_t)elem) % 16 == 0);
+}
+
+/* A pool ([block, row, head, dim] strides, pool.h) takes the vectorized kernels' stores when its
+ * rows start on `align` bytes: 16 for the dtype's vectors, ELEMS bytes for fp8 codes. */
+static int pool_rows_aligned(const void *data, const int64_t stride[4], const rp_problem *p, size_t elem,
+                             long long align)
+{
+    const int64_t extent[3] = {p->num_blocks, p->block_size, p->num_kv_heads};
+    int ok = (uintptr_t)data % (uintptr_t)align == 0;
+    for (int d = 0; d < 3; d++)
+        ok &= extent[d] <= 1 || (stride[d] * (int64_t)elem) % align == 0;
+    return ok;
+}
+
+static long long div_up(long long a, long long b)
+{
+    return (a + b - 1) / b;
+}
+
+rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_parts parts)
+{
+    rp_cuda_plan plan;
+    memset(&plan, 0, sizeof plan);
+    const size_t elem = rp_dtype_size(p->dtype);
+    const long long T = p->num_tokens, half_dim = p->head_dim / 2, per_vector = 16 / (long long)elem;
+    const long long Hq = p->num_qo_heads, Hk = p->num_kv_heads;
+    const long long heads = parts == RP_PARTS_ALL ? Hq + 2 * Hk : parts == RP_PARTS_ROTATE ? Hq + Hk : 2 * Hk;
+    const long long groups = half_dim / per_vector;
+
+    const int fp8 = rp_pool_is_fp8(p);
+    const size_t pool_elem = fp8 ? 1 : elem;
+    const long long pool_align = fp8 ? per_vector : 16;
+    /* Every group (items.cuh) is two whole vectors: rotated pairs and pass-through dims alike; v
+     * heads as wide as k's (others: the strided kernel). */
+    plan.vectorized = p->inner_contiguous && half_dim % per_vector == 0 && (p->rotary_dim / 2) % per_vector == 0 &&
+                      (p->style != RP_ROPE_GPTJ || (p->rotary_dim / 2) % 2 == 0) &&
+                      p->v_head_dim == p->head_dim && groups <= MAX_GROUPS &&
+                      (!fp8 || p->rotary_dim / 2 <= RP_VECTOR_FP8_MAX_PAIRS) &&
+                      heads <= INT_MAX / 2 &&
+                      rows_aligned(p->q, p->q_stride, T, Hq, elem) &&
+                      rows_aligned(p->k, p->k_stride, T, Hk, elem) &&
+                      rows_aligned(p->v, p->v_stride, T, Hk, elem) &&
+                      rows_aligned(p->q_rot, p->q_rot_stride, T, Hq, elem) &&
+                      rows_aligned(p->k_rot, p->k_rot_stride, T, Hk, elem) &&
+                      pool_rows_aligned(p->k_pool, p->k_pool_stride, p, pool_elem, pool_align) &&
+                      pool_rows_aligned(p->v_pool, p->v_pool_stride, p, pool_elem, pool_align);
+    plan.overlap_launch = st->compute_capability >= 90;
+    if (!plan.vectorized) {
+        plan.threads_x = STRIDED_THREADS;
+        const long long width = half_dim > (p->v_head_dim + 1) / 2 ? half_dim : (p->v_head_dim + 1) / 2;
+        const long long blocks = div_up(T * width, STRIDED_THREADS);
+        const long long cap = (long long)st->num_sms * 64;
+        plan.grid = (unsigned)(blocks < cap ? blocks : cap);
+        return plan;
+    }
+    /* Small calls (decode) are bound by a chain of latencies and by the instructions of the few
+     * multiprocessors they occupy: each token's frequency groups are split over several blocks
+     * (DECODE_GROUPS_PER_BLOCK, or 2, each: 64 or 32 contiguous bytes per head row), one head per
+     * thread: the decode kernel. Large calls (prefill) are bound by the bytes each multiprocessor
+     * keeps in flight: a block serves whole tokens and each thread prefetches several heads (the
+     * prefill kernel; with few heads a token, prefetch drops to 1 and the decode kernel runs). */
+    const long long sms = st->num_sms > 0 ? st->num_sms : 1;
+    const int large = T >= LARGE_CALL_TOKENS_PER_SM * sms;
+    long long gb = groups;
+    for (long long split = DECODE_GROUPS_PER_BLOCK; !large && split >= 2 && gb == groups; split /= 2)
+        if (groups % split == 0)
+            gb = split;
+    int prefetch = large ? LARGE_CALL_PREFETCH : 1;
+    while (prefetch > 1 && heads * gb < (long long)prefetch * 32)
+        prefetch /= 2; /* keep at least a warp of threads per token */
+    const long long limit = rp_block_threads(prefetch);
+    long long hy = div_up(heads, prefetch);
+    if (hy * gb > limit)
+        hy = limit / gb;
+    long long y = large ? MIN_LARGE_CALL_BLOCK_THREADS / (hy * gb) : 1;
+    if (y * hy * gb > limit)
+        y = limit / (hy * gb);
+    const long long table_bytes_per_token = gb * per_vector * 2 * (long long)sizeof(float);
+    if (y * table_bytes_per_token > MAX_TABLE_BYTES)
+        y = MAX_TABLE_BYTES / table_bytes_per_token;
+    if (y > MAX_TOKENS_PER_BLOCK)
+        y = MAX_TOKENS_PER_BLOCK;
+    if (y < 1)
+        y = 1;
+    plan.groups_per_block = (int)gb;
+    plan.chunks = (int)(groups / gb);
+    plan.heads = (int)heads;
+    plan.heads_per_pass = (int)hy;
+    plan.items_per_thread = prefetch;
+    plan.tokens_per_block = (int)y;
+    const long long tiles = div_up(T, y);
+    plan.grid = (unsigned)(tiles < MAX_GRID ? tiles : MAX_GRID);
+    plan.shared_bytes = parts == RP_PARTS_SCATTER ? 0 : (size_t)(y * table_bytes_per_token);
+    return plan;
+}
