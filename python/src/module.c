@@ -4,6 +4,8 @@
  */
 #include "binding.h"
 
+#include <stdarg.h>
+
 enum { MESSAGE_SIZE = 512 };
 
 PyObject *rpy_error_type;
@@ -17,6 +19,19 @@ PyObject *rpy_raise(rp_status status, const char *message)
     Py_XDECREF(name);
     Py_XDECREF(exc);
     return NULL;
+}
+
+int rpy_refuse(const char *format, ...)
+{
+    va_list args;
+    va_start(args, format);
+    PyObject *text = PyUnicode_FromFormatV(format, args);
+    va_end(args);
+    const char *message = text ? PyUnicode_AsUTF8(text) : NULL;
+    if (message != NULL)
+        rpy_raise(RP_ERR_INVALID_ARGUMENT, message);
+    Py_XDECREF(text);
+    return -1;
 }
 
 static PyObject *version(PyObject *module, PyObject *unused)

@@ -124,4 +124,4 @@ static PyObject *numpy_empty_like(PyObject *like, const rp_tensor *like_tensor, 
     return arr;
 }
 
-const rpy_framework rpy_numpy = {"numpy.ndarray", numpy_is_array, numpy_to_tensor, numpy_empty_like};
+const rpy_framework rpy_numpy = {"numpy.ndarray", numpy_is_array, numpy_to_tensor, numpy_empty_like, NULL, NULL};
