@@ -97,6 +97,10 @@ int rpy_scale(PyObject *obj, const char *name, rp_device device, double *value, 
  * to float64 into out[0, count). 0 or -1. */
 int rpy_inv_freq(PyObject *obj, int64_t count, double *out);
 
+/* Advice for the pages of a new CPU output before the kernel's threads first write it (see
+ * fresh_memory.c); never fails. */
+void rpy_advise_fresh_output(const rp_tensor *t);
+
 /* The framework of an array argument, or NULL (never raises). */
 const rpy_framework *rpy_framework_of(PyObject *obj);
 
@@ -105,6 +109,11 @@ const rpy_framework *rpy_framework_of(PyObject *obj);
 PyObject *rpy_rope_pool_fused(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                               PyObject *kwnames);
 extern const char rpy_rope_pool_fused_doc[];
+/* _profile(enable): the mean time of each stage of the calls since the last _profile() (a dict of
+ * ns; "calls" is their number), then resets and switches stamping on or off. */
+PyObject *rpy_profile(PyObject *module, PyObject *enable);
+/* _time_calls(calls, q, k, ..., **keywords): mean ns of `calls` C calls on arguments converted once. */
+PyObject *rpy_time_calls(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 /* Interns the call's parameter names; called once from the module's init. 0 or -1. */
 int rpy_call_init(void);
 

@@ -16,6 +16,7 @@
 
 #include <limits.h>
 #include <string.h>
+#include <time.h>
 
 enum {
     P_Q, P_K, P_V, P_POSITIONS, P_SLOTS, P_K_POOL, P_V_POOL,          /* positional (or keyword) */
@@ -154,6 +155,13 @@ static int parse_arguments(PyObject *const *args, Py_ssize_t nargs, PyObject *kw
             return -1;
         }
     return 0;
+}
+
+static unsigned long long now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
 }
 
 static int optional_integer(PyObject *obj, const char *name, long long lo, long long hi, long long *out)
@@ -317,10 +325,94 @@ static rp_context *context_for(rp_device device, void **stream)
     return ctx;
 }
 
+static int prepare(PyObject *const values[NUM_PARAMS], rp_rope_pool_args *a, double *freqs, double **owned_freqs,
+                   const rpy_framework **fw_out, PyObject *outs[2], rp_context **ctx, unsigned long long *stamps);
+
+/* _time_calls(calls, <rope_pool_fused's arguments>): the C call alone, for the benchmark's C
+ * figure in the same process: the arguments are converted once (outputs allocated once when not
+ * given), then rp_rope_pool_fused runs `calls` times back to back with the GIL released. Returns
+ * the mean ns per call. */
+PyObject *rpy_time_calls(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    (void)module;
+    nargs = PyVectorcall_NARGS(nargs);
+    long long calls;
+    PyObject *values[NUM_PARAMS];
+    if (nargs < 1) {
+        PyErr_SetString(PyExc_TypeError, "_time_calls(calls, q, k, ...) needs the number of calls first");
+        return NULL;
+    }
+    if (rpy_integer(args[0], "calls", 1, LLONG_MAX, &calls) < 0 ||
+        parse_arguments(args + 1, nargs - 1, kwnames, values) < 0)
+        return NULL;
+    rp_rope_pool_args a;
+    memset(&a, 0, sizeof a);
+    double freqs[STACK_FREQS], *owned_freqs;
+    const rpy_framework *fw;
+    PyObject *outs[2];
+    rp_context *ctx;
+    if (prepare(values, &a, freqs, &owned_freqs, &fw, outs, &ctx, NULL) < 0)
+        return NULL;
+    char message[MESSAGE_SIZE];
+    rp_status st = RP_OK;
+    unsigned long long elapsed;
+    Py_BEGIN_ALLOW_THREADS
+    const unsigned long long start = now_ns();
+    for (long long i = 0; i < calls && st == RP_OK; i++)
+        st = rp_rope_pool_fused(ctx, &a, message, sizeof message);
+    elapsed = now_ns() - start;
+    Py_END_ALLOW_THREADS
+    PyMem_Free(owned_freqs);
+    Py_DECREF(outs[0]);
+    Py_DECREF(outs[1]);
+    if (st != RP_OK)
+        return rpy_raise(st, message);
+    return PyFloat_FromDouble((double)elapsed / (double)calls);
+}
+
+/* ---- per-stage timing (ropepool._ropepool._profile) ------------------------------------------ */
+
+enum { ST_START, ST_ARGUMENTS, ST_ARRAYS, ST_AUTOGRAD, ST_CONTEXT, ST_OUTPUTS, ST_LIBRARY, ST_FINISH, NUM_STAMPS };
+static const char *const stage_names[NUM_STAMPS] = {
+    NULL, "arguments", "arrays", "autograd", "context_stream", "outputs", "library_call", "finish"};
+static int profiling;                      /* set by _profile(True); read without the GIL is fine */
+static unsigned long long stage_ns[NUM_STAMPS], profiled_calls;
+
+/* Stamps the end of stage `i` when profiling (stamps is NULL otherwise). */
+static void stamp(unsigned long long *stamps, int i)
+{
+    if (stamps != NULL)
+        stamps[i] = now_ns();
+}
+
+PyObject *rpy_profile(PyObject *module, PyObject *enable)
+{
+    (void)module;
+    PyObject *result = PyDict_New();
+    for (int i = 1; result != NULL && i < NUM_STAMPS; i++) {
+        PyObject *mean = PyFloat_FromDouble(profiled_calls ? (double)stage_ns[i] / (double)profiled_calls : 0.0);
+        if (mean == NULL || PyDict_SetItemString(result, stage_names[i], mean) < 0)
+            Py_CLEAR(result);
+        Py_XDECREF(mean);
+    }
+    PyObject *calls = result ? PyLong_FromUnsignedLongLong(profiled_calls) : NULL;
+    if (calls == NULL || PyDict_SetItemString(result, "calls", calls) < 0)
+        Py_CLEAR(result);
+    Py_XDECREF(calls);
+    memset(stage_ns, 0, sizeof stage_ns);
+    profiled_calls = 0;
+    const int on = PyObject_IsTrue(enable);
+    if (on < 0)
+        Py_CLEAR(result);
+    else
+        profiling = on;
+    return result;
+}
+
 /* Everything up to the library call: a filled `a`, the outputs (new references in outs), the
  * context. 0 or -1 with an exception (outs released). */
 static int prepare(PyObject *const values[NUM_PARAMS], rp_rope_pool_args *a, double *freqs, double **owned_freqs,
-                   const rpy_framework **fw_out, PyObject *outs[2], rp_context **ctx)
+                   const rpy_framework **fw_out, PyObject *outs[2], rp_context **ctx, unsigned long long *stamps)
 {
     rp_tensor *tensors[NUM_ARRAYS] = {&a->q, &a->k, &a->v, &a->positions, &a->slots, &a->k_pool, &a->v_pool};
     int32_t kv_cache_dtype;
@@ -328,12 +420,14 @@ static int prepare(PyObject *const values[NUM_PARAMS], rp_rope_pool_args *a, dou
     *owned_freqs = NULL;
     if (scalar_arguments(values, a, &kv_cache_dtype) < 0)
         return -1;
+    stamp(stamps, ST_ARGUMENTS);
     const rpy_framework *fw = *fw_out = array_arguments(values, tensors);
     if (fw == NULL || rpy_pool_format(values[P_KV_CACHE_DTYPE], kv_cache_dtype, &a->k_pool, &a->pool_dtype) < 0 ||
         rpy_scale(values[P_K_SCALE], "k_scale", a->q.device, &a->k_scale, &a->k_scale_ptr) < 0 ||
         rpy_scale(values[P_V_SCALE], "v_scale", a->q.device, &a->v_scale, &a->v_scale_ptr) < 0 ||
         frequency_argument(values[P_INV_FREQ], a, freqs, STACK_FREQS, owned_freqs) < 0)
         return -1;
+    stamp(stamps, ST_ARRAYS);
     if (fw->check_autograd != NULL) {
         PyObject *objs[NUM_ARRAYS + 2];
         const char *names[NUM_ARRAYS + 2];
@@ -346,14 +440,17 @@ static int prepare(PyObject *const values[NUM_PARAMS], rp_rope_pool_args *a, dou
         if (fw->check_autograd(objs, names, P_K_POOL, n) < 0)
             return -1;
     }
+    stamp(stamps, ST_AUTOGRAD);
     void *stream;
     if ((*ctx = context_for(a->q.device, &stream)) == NULL)
         return -1;
     a->stream = stream;
+    stamp(stamps, ST_CONTEXT);
     if (output_arguments(fw, values, a, outs) < 0) {
         Py_CLEAR(outs[0]);
         return -1;
     }
+    stamp(stamps, ST_OUTPUTS);
     return 0;
 }
 
@@ -361,6 +458,8 @@ PyObject *rpy_rope_pool_fused(PyObject *module, PyObject *const *args, Py_ssize_
                               PyObject *kwnames)
 {
     (void)module;
+    unsigned long long stamps_buf[NUM_STAMPS], *stamps = profiling ? stamps_buf : NULL;
+    stamp(stamps, ST_START);
     PyObject *values[NUM_PARAMS];
     if (parse_arguments(args, PyVectorcall_NARGS(nargs), kwnames, values) < 0)
         return NULL;
@@ -370,7 +469,7 @@ PyObject *rpy_rope_pool_fused(PyObject *module, PyObject *const *args, Py_ssize_
     const rpy_framework *fw;
     PyObject *outs[2];
     rp_context *ctx;
-    const int prepared = prepare(values, &a, freqs, &owned_freqs, &fw, outs, &ctx);
+    const int prepared = prepare(values, &a, freqs, &owned_freqs, &fw, outs, &ctx, stamps);
 
     char message[MESSAGE_SIZE];
     rp_status st = RP_OK;
@@ -379,6 +478,7 @@ PyObject *rpy_rope_pool_fused(PyObject *module, PyObject *const *args, Py_ssize_
         st = rp_rope_pool_fused(ctx, &a, message, sizeof message);
         Py_END_ALLOW_THREADS
     }
+    stamp(stamps, ST_LIBRARY);
     PyMem_Free(owned_freqs);
     PyObject *result = NULL;
     if (prepared == 0 && st != RP_OK) {
@@ -397,5 +497,11 @@ PyObject *rpy_rope_pool_fused(PyObject *module, PyObject *const *args, Py_ssize_
     }
     Py_XDECREF(outs[0]);
     Py_XDECREF(outs[1]);
+    stamp(stamps, ST_FINISH);
+    if (stamps != NULL && result != NULL) {
+        for (int i = 1; i < NUM_STAMPS; i++)
+            stage_ns[i] += stamps[i] - stamps[i - 1];
+        profiled_calls++;
+    }
     return result;
 }

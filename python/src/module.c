@@ -126,6 +126,15 @@ static PyMethodDef methods[] = {
      "Wait for the current stream of a CUDA device (None: torch's current device) and raise\n"
      "RopePoolError, with the message a CPU call would have given, if a rope_pool_fused call on\n"
      "it met an out-of-range slot since the last check. Such a slot was never written."},
+    {"_time_calls", (PyCFunction)(void (*)(void))rpy_time_calls, METH_FASTCALL | METH_KEYWORDS,
+     "_time_calls($module, calls, /, *args, **kwargs)\n--\n\n"
+     "Developer's tool (python -m ropepool.bench): rope_pool_fused's arguments converted once, then\n"
+     "the C call made `calls` times back to back; returns the mean ns per call."},
+    {"_profile", rpy_profile, METH_O,
+     "_profile($module, enable, /)\n--\n\n"
+     "Developer's tool (python -m ropepool.bench --profile): the mean ns per stage of the\n"
+     "rope_pool_fused calls made since the last _profile() call while profiling was on, as a dict;\n"
+     "then resets and turns profiling on (enable true) or off."},
     {"version", version, METH_NOARGS,
      "version($module, /)\n--\n\nThe version of the loaded libropepool, \"MAJOR.MINOR.PATCH\"."},
     {"cpu_kernel", cpu_kernel, METH_NOARGS,

@@ -208,16 +208,20 @@ static int torch_mark_written(PyObject *const *objs, int num)
 
 static PyObject *torch_empty_like(PyObject *like, const rp_tensor *like_tensor, rp_tensor *out)
 {
-    if (exchange_reads(like) && like_tensor->ndim <= RP_MAX_DIMS)
-        return rpy_dlpack_empty_like(exchange, like, out);
-    /* torch.empty_like(like, memory_format=torch.contiguous_format): like's dtype and device, and
-     * on CUDA memory from the caching allocator on the current stream (graph-capture safe). */
-    PyObject *stack[2] = {like, contiguous_format};
-    PyObject *arr = PyObject_Vectorcall(empty_like_fn, stack, 1, memory_format_kw);
-    if (arr == NULL)
-        return NULL;
-    if (rpy_torch_read_surface(arr, "output", out) < 0)
-        Py_CLEAR(arr);
+    PyObject *arr;
+    if (exchange_reads(like) && like_tensor->ndim <= RP_MAX_DIMS) {
+        arr = rpy_dlpack_empty_like(exchange, like, like_tensor, out);
+    } else {
+        /* torch.empty_like(like, memory_format=torch.contiguous_format): like's dtype and device,
+         * and on CUDA memory from the caching allocator on the current stream (graph-capture
+         * safe). */
+        PyObject *stack[2] = {like, contiguous_format};
+        arr = PyObject_Vectorcall(empty_like_fn, stack, 1, memory_format_kw);
+        if (arr != NULL && rpy_torch_read_surface(arr, "output", out) < 0)
+            Py_CLEAR(arr);
+    }
+    if (arr != NULL && out->device.type == RP_DEVICE_CPU)
+        rpy_advise_fresh_output(out);
     return arr;
 }
 
