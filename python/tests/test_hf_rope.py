@@ -316,6 +316,7 @@ def test_rotation_with_kwargs_matches_transformers(ropepool, name):
     q_rot, k_rot, k_pool, _ = ropepool.rope_pool_fused(
         q, k, k, positions, np.arange(T), k_pool, v_pool, head_dim=D, num_qo_heads=Hq, num_kv_heads=Hk,
         rope_base=10000.0, **kw)
+    assert np.array_equal(k_pool, k_rot)
     R, is_neox, s = kw["rotary_dim"], kw["is_neox"], kw["attention_scaling"]
     want_q, want_k = ROTATIONS[f"{name}/q_rot"], ROTATIONS[f"{name}/k_rot"]
     if config.get("model_type") == "deepseek_v3" and not is_neox:
@@ -334,4 +335,21 @@ def test_rotation_with_kwargs_matches_transformers(ropepool, name):
         bound[..., R:] = 0  # passed-through dims are copied bit for bit
         err = np.abs(got.astype(np.float64) - want)
         assert np.all(err <= bound), f"{name}: worst error {(err - bound).max():.3g} over its bound"
-    assert np.array_equal(k_pool, k_rot)
+
+
+def test_readme_serving_example_runs_as_written(ropepool):
+    import re
+
+    text = (pathlib.Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    setup, serving = (re.search(r"```python\n(.*?)```", text[text.index(heading):], re.S).group(1)
+                      for heading in ("\n## Python", "\n### Serving a Llama-3.1 and a GPT-J model"))
+    namespace = {}
+    try:
+        exec(compile(setup + serving, "README.md (serving)", "exec"), namespace)
+    except ropepool.RopePoolError as error:
+        if error.status != "RP_ERR_UNSUPPORTED":
+            raise
+        pytest.skip(f"this build cannot serve the variants yet: {error}")
+    assert np.array_equal(namespace["k_pool"][namespace["slots"]], namespace["k_rot"])
+    assert np.array_equal(namespace["gq_rot"][..., 64:], namespace["gq"][..., 64:])  # passed through
+    assert not np.array_equal(namespace["gq_rot"][1:, :, :64], namespace["gq"][1:, :, :64])
