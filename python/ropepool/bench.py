@@ -20,6 +20,7 @@ outputs, the library call, version bumps and result), from ``_ropepool._profile`
 """
 
 import argparse
+import os
 import resource
 import statistics
 import sys
@@ -65,12 +66,14 @@ def python_batch(arrays, calls, outs, sync):
 
 
 def timed(run, calls):
-    """(ns per call, minor faults per call) of run(calls)."""
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    """(ns per call, (minor faults, kernel-mode CPU ns) per call) of run(calls). The system time
+    is what page faults cost the process: less sensitive than wall time to other load."""
+    before = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter_ns()
     run(calls)
     ns = (time.perf_counter_ns() - start) / calls
-    return ns, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / calls
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    return ns, ((after.ru_minflt - before.ru_minflt) / calls, (after.ru_stime - before.ru_stime) * 1e9 / calls)
 
 
 def methods_for(T, P, backend, torch):
@@ -140,7 +143,7 @@ def calibrate(run, budget_s):
         calls *= 4
 
 
-def measure(T, P, backend, torch, rounds, budget_s):
+def measure(T, P, backend, torch, rounds, budget_s, stat):
     methods = methods_for(T, P, backend, torch)
     calls = {name: calibrate(run, budget_s) for name, run in methods.items()}
     samples = {name: [] for name in methods}
@@ -148,15 +151,17 @@ def measure(T, P, backend, torch, rounds, budget_s):
     for _ in range(rounds):
         for name, run in methods.items():
             if name == "gpu":
-                ns, f = run(calls[name]), 0.0
+                ns, f = run(calls[name]), (0.0, 0.0)
             else:
                 ns, f = timed(run, calls[name])
             samples[name].append(ns)
             faults[name].append(f)
-    return {name: (statistics.median(samples[name]), statistics.median(faults[name])) for name in methods}
+    pick = min if stat == "min" else statistics.median
+    return {name: (pick(samples[name]), tuple(statistics.median(f[i] for f in faults[name])
+                                                          for i in range(2))) for name in methods}
 
 
-def profile(backend, torch, P, calls=20000):
+def profile(backend, torch, P, calls=20000, batches_of=40):
     """The binding's stages at T = 1, torch tensors (NumPy on a CPU without torch)."""
     base = make_arrays(1, P)
     arrays = [base[n] for n in ORDER]
@@ -170,15 +175,20 @@ def profile(backend, torch, P, calls=20000):
     outs = (arrays[0].copy() if label == "numpy" else arrays[0].clone(),
             arrays[1].copy() if label == "numpy" else arrays[1].clone())
     sync = torch.cuda.synchronize if backend == "cuda" else (lambda: None)
-    print(f"\nWhere a call's host time goes (T = 1, {label}, {calls} calls, mean ns per call):")
+    print(f"\nWhere a call's host time goes (T = 1, {label}, {calls} calls in {batches_of} batches; ns per call, "
+          "the least batch mean of each stage):")
     print("| call | arguments | arrays | autograd | context_stream | outputs | library_call | finish | total |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    keys = ["arguments", "arrays", "autograd", "context_stream", "outputs", "library_call", "finish"]
     for name, o in (("fresh", None), ("q_out/k_out", outs)):
         python_batch(arrays, 1000, o, sync)
-        _ropepool._profile(True)
-        python_batch(arrays, calls, o, sync)
-        stages = _ropepool._profile(False)
-        keys = ["arguments", "arrays", "autograd", "context_stream", "outputs", "library_call", "finish"]
+        batches = []
+        for _ in range(batches_of):
+            _ropepool._profile(True)
+            python_batch(arrays, calls // batches_of, o, sync)
+            batches.append(_ropepool._profile(False))
+        # the least of each stage over the batches: the cost without other processes' interference
+        stages = {k: min(b[k] for b in batches) for k in keys}
         total = sum(stages[k] for k in keys)
         print(f"| {name} | " + " | ".join(f"{stages[k]:.0f}" for k in keys) + f" | {total:.0f} |")
     print("(arguments: parsing and keywords; arrays: describing the 7 arrays (DLPack / NumPy C API) and the\n"
@@ -198,6 +208,8 @@ def main(argv=None):
     parser.add_argument("--pool", type=int, default=65536, help="KV-pool slots (default 65536)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=0.04, help="time per batch (default 0.04)")
+    parser.add_argument("--stat", choices=["median", "min"], default="median",
+                        help="per figure, the median (default) or the least of the rounds' means")
     parser.add_argument("--profile", action="store_true", help="also print the per-stage breakdown at T = 1")
     args = parser.parse_args(argv)
     try:
@@ -215,11 +227,12 @@ def main(argv=None):
     print(f"ropepool {ropepool.version()}: the Python call beside the C call; Llama-3-8B (Hq 32, Hk 8, D 128), "
           f"float32, int64 positions/slots, pool {P}; {where}; numpy {np.__version__}"
           + (f", torch {torch.__version__}" if torch is not None else ", no torch")
-          + f"; median of {args.rounds} interleaved rounds, us per call (x: ratio to C; faults: minor page "
-          "faults per call)")
+          + f"; {args.stat} of {args.rounds} interleaved rounds, us per call (x: ratio to C; faults: minor page "
+          "faults per call; sys: kernel-mode CPU us per call); load average "
+          + " ".join(f"{x:.1f}" for x in os.getloadavg()))
     results = {}
     for T in tokens:
-        results[T] = measure(T, P, args.backend, torch, args.rounds, args.seconds)
+        results[T] = measure(T, P, args.backend, torch, args.rounds, args.seconds, args.stat)
     names = [n for n in results[tokens[0]] if n not in ("C", "gpu")]
     head = ["T", "C call" if args.backend == "cpu" else "C launch loop (host)"]
     if args.backend == "cuda":
@@ -233,8 +246,9 @@ def main(argv=None):
         if "gpu" in r:
             row.append(f"{r['gpu'][0] / 1e3:.2f}")
         for n in names:
-            ns, f = r[n]
-            row.append(f"{ns / 1e3:.2f} ({ns / c:.2f}x" + (f", {f:.0f} faults)" if "fresh" in n else ")"))
+            ns, (f, sys_ns) = r[n]
+            row.append(f"{ns / 1e3:.2f} ({ns / c:.2f}x" + (f", {f:.0f} faults, sys {sys_ns / 1e3:.0f})"
+                                                          if "fresh" in n else ")"))
         print("| " + " | ".join(row) + " |")
     if 1 in results:
         c = results[1]["C"][0]

@@ -431,13 +431,14 @@ static int prepare(PyObject *const values[NUM_PARAMS], rp_rope_pool_args *a, dou
     if (fw->check_autograd != NULL) {
         PyObject *objs[NUM_ARRAYS + 2];
         const char *names[NUM_ARRAYS + 2];
+        /* q, k, v read; the pools and the caller's outputs written. positions and slots are
+         * integer tensors, which cannot require grad. */
+        static const int checked[] = {P_Q, P_K, P_V, P_K_POOL, P_V_POOL, P_Q_OUT, P_K_OUT};
         int n = 0;
-        for (int i = 0; i < NUM_ARRAYS; i++, n++)
-            objs[n] = values[i], names[n] = param_names[i];
-        for (int i = P_Q_OUT; i <= P_K_OUT; i++)
-            if (values[i] != NULL)
-                objs[n] = values[i], names[n++] = param_names[i];
-        if (fw->check_autograd(objs, names, P_K_POOL, n) < 0)
+        for (size_t i = 0; i < sizeof checked / sizeof checked[0]; i++)
+            if (values[checked[i]] != NULL)
+                objs[n] = values[checked[i]], names[n++] = param_names[checked[i]];
+        if (fw->check_autograd(objs, names, 3, n) < 0)
             return -1;
     }
     stamp(stamps, ST_AUTOGRAD);
