@@ -65,13 +65,16 @@ def python_batch(arrays, calls, outs, sync):
     sync()
 
 
+CLOCK = time.perf_counter_ns  # --clock thread: time.thread_time_ns
+
+
 def timed(run, calls):
     """(ns per call, (minor faults, kernel-mode CPU ns) per call) of run(calls). The system time
     is what page faults cost the process: less sensitive than wall time to other load."""
     before = resource.getrusage(resource.RUSAGE_SELF)
-    start = time.perf_counter_ns()
+    start = CLOCK()
     run(calls)
-    ns = (time.perf_counter_ns() - start) / calls
+    ns = (CLOCK() - start) / calls
     after = resource.getrusage(resource.RUSAGE_SELF)
     return ns, ((after.ru_minflt - before.ru_minflt) / calls, (after.ru_stime - before.ru_stime) * 1e9 / calls)
 
@@ -162,35 +165,33 @@ def measure(T, P, backend, torch, rounds, budget_s, stat):
 
 
 def profile(backend, torch, P, calls=20000, batches_of=40):
-    """The binding's stages at T = 1, torch tensors (NumPy on a CPU without torch)."""
+    """The binding's stages at T = 1: NumPy and torch CPU tensors, or torch CUDA tensors."""
     base = make_arrays(1, P)
-    arrays = [base[n] for n in ORDER]
-    label = "numpy"
+    frameworks = {}
+    if backend == "cpu":
+        frameworks["numpy"] = [base[n] for n in ORDER]
     if torch is not None:
-        arrays = [torch.from_numpy(a) for a in arrays]
-        label = "torch cpu"
-        if backend == "cuda":
-            arrays = [a.cuda() for a in arrays]
-            label = "torch cuda"
-    outs = (arrays[0].copy() if label == "numpy" else arrays[0].clone(),
-            arrays[1].copy() if label == "numpy" else arrays[1].clone())
+        device = "cuda" if backend == "cuda" else "cpu"
+        frameworks[f"torch {device}"] = [torch.from_numpy(base[n]).to(device) for n in ORDER]
     sync = torch.cuda.synchronize if backend == "cuda" else (lambda: None)
-    print(f"\nWhere a call's host time goes (T = 1, {label}, {calls} calls in {batches_of} batches; ns per call, "
-          "the least batch mean of each stage):")
-    print("| call | arguments | arrays | autograd | context_stream | outputs | library_call | finish | total |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     keys = ["arguments", "arrays", "autograd", "context_stream", "outputs", "library_call", "finish"]
-    for name, o in (("fresh", None), ("q_out/k_out", outs)):
-        python_batch(arrays, 1000, o, sync)
-        batches = []
-        for _ in range(batches_of):
-            _ropepool._profile(True)
-            python_batch(arrays, calls // batches_of, o, sync)
-            batches.append(_ropepool._profile(False))
-        # the least of each stage over the batches: the cost without other processes' interference
-        stages = {k: min(b[k] for b in batches) for k in keys}
-        total = sum(stages[k] for k in keys)
-        print(f"| {name} | " + " | ".join(f"{stages[k]:.0f}" for k in keys) + f" | {total:.0f} |")
+    print(f"\nWhere a call's host time goes (T = 1; {calls} calls in {batches_of} batches; ns per call, the least "
+          "batch mean of each stage):")
+    print("| call | " + " | ".join(keys) + " | total |")
+    print("| --- |" + " ---: |" * (len(keys) + 1))
+    for label, arrays in frameworks.items():
+        copy = (lambda a: a.copy()) if label == "numpy" else (lambda a: a.clone())
+        for name, o in (("fresh", None), ("q_out/k_out", (copy(arrays[0]), copy(arrays[1])))):
+            python_batch(arrays, 1000, o, sync)
+            batches = []
+            for _ in range(batches_of):
+                _ropepool._profile(True)
+                python_batch(arrays, calls // batches_of, o, sync)
+                batches.append(_ropepool._profile(False))
+            # the least of each stage over the batches: the cost with the least interference
+            stages = {k: min(b[k] for b in batches) for k in keys}
+            total = sum(stages[k] for k in keys)
+            print(f"| {label}, {name} | " + " | ".join(f"{stages[k]:.0f}" for k in keys) + f" | {total:.0f} |")
     print("(arguments: parsing and keywords; arrays: describing the 7 arrays (DLPack / NumPy C API) and the\n"
           " negative-bit check; autograd: grad mode and requires_grad; context_stream: the context and the\n"
           " current CUDA stream; outputs: allocating q_rot and k_rot, or describing q_out and k_out;\n"
@@ -210,6 +211,9 @@ def main(argv=None):
     parser.add_argument("--seconds", type=float, default=0.04, help="time per batch (default 0.04)")
     parser.add_argument("--stat", choices=["median", "min"], default="median",
                         help="per figure, the median (default) or the least of the rounds' means")
+    parser.add_argument("--clock", choices=["wall", "thread"], default="wall",
+                        help="wall (default), or thread: the calling thread's CPU time, with every call on one "
+                        "thread (threads=1), so that other load on the machine does not count (T = 1 overheads)")
     parser.add_argument("--profile", action="store_true", help="also print the per-stage breakdown at T = 1")
     args = parser.parse_args(argv)
     try:
@@ -219,6 +223,10 @@ def main(argv=None):
     if args.backend == "cuda" and (torch is None or not torch.cuda.is_available() or not ropepool.has_cuda()):
         print("ropepool.bench: --backend cuda needs torch with CUDA, a GPU and ropepool's CUDA backend")
         return 1
+    if args.clock == "thread":
+        global CLOCK
+        CLOCK = time.thread_time_ns
+        SHAPE["threads"] = 1
     tokens = [int(t) for t in (args.tokens or ("1,16,256,1024,4096" if args.backend == "cpu"
                                                 else "1,64,1024,4096")).split(",")]
     P = max(args.pool, max(tokens))
@@ -227,7 +235,7 @@ def main(argv=None):
     print(f"ropepool {ropepool.version()}: the Python call beside the C call; Llama-3-8B (Hq 32, Hk 8, D 128), "
           f"float32, int64 positions/slots, pool {P}; {where}; numpy {np.__version__}"
           + (f", torch {torch.__version__}" if torch is not None else ", no torch")
-          + f"; {args.stat} of {args.rounds} interleaved rounds, us per call (x: ratio to C; faults: minor page "
+          + f"; {args.stat} of {args.rounds} interleaved rounds, us per call ({args.clock} clock) (x: ratio to C; faults: minor page "
           "faults per call; sys: kernel-mode CPU us per call); load average "
           + " ".join(f"{x:.1f}" for x in os.getloadavg()))
     results = {}
