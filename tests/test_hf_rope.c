@@ -97,29 +97,23 @@ static void expect_refusal(const rp_hf_rope_params *p, rp_status status, const c
     CHECK(s == -7.0, "attention_scaling written by a failed call");
 }
 
+/* Llama-3.1's parameters with one field changed must be refused with `needle`, writing nothing. */
+#define LLAMA31_REFUSED_WITH(field, value, needle)                                                \
+    do {                                                                                          \
+        rp_hf_rope_params p_ = llama31();                                                         \
+        p_.field = value;                                                                         \
+        expect_refusal(&p_, RP_ERR_INVALID_ARGUMENT, needle);                                     \
+    } while (0)
+
 static void test_bad_parameters_are_refused_by_name_and_write_nothing(void)
 {
-    rp_hf_rope_params p = llama31();
-    p.rotary_dim = 15;
-    expect_refusal(&p, RP_ERR_INVALID_ARGUMENT, "rotary_dim must be even");
-    p = llama31();
-    p.rope_type = 9;
-    expect_refusal(&p, RP_ERR_INVALID_ARGUMENT, "rope_type 9");
-    p = llama31();
-    p.factor = 0.0;
-    expect_refusal(&p, RP_ERR_INVALID_ARGUMENT, "factor must be finite and > 0 for rope type 'llama3'");
-    p = llama31();
-    p.high_freq_factor = 1.0;
-    expect_refusal(&p, RP_ERR_INVALID_ARGUMENT, "low_freq_factor < high_freq_factor");
-    p = llama31();
-    p.original_max_position_embeddings = 0;
-    expect_refusal(&p, RP_ERR_INVALID_ARGUMENT, "original_max_position_embeddings must be > 0");
-    p = llama31();
-    p.rope_theta = NAN;
-    expect_refusal(&p, RP_ERR_INVALID_ARGUMENT, "rope_theta");
-    p = llama31();
-    p.reserved[2] = 1;
-    expect_refusal(&p, RP_ERR_INVALID_ARGUMENT, "reserved[2]");
+    LLAMA31_REFUSED_WITH(rotary_dim, 15, "rotary_dim must be even");
+    LLAMA31_REFUSED_WITH(rope_type, 9, "rope_type 9");
+    LLAMA31_REFUSED_WITH(factor, 0.0, "factor must be finite and > 0 for rope type 'llama3'");
+    LLAMA31_REFUSED_WITH(high_freq_factor, 1.0, "low_freq_factor < high_freq_factor");
+    LLAMA31_REFUSED_WITH(original_max_position_embeddings, 0, "original_max_position_embeddings must be > 0");
+    LLAMA31_REFUSED_WITH(rope_theta, NAN, "rope_theta");
+    LLAMA31_REFUSED_WITH(reserved[2], 1, "reserved[2]");
 
     rp_hf_rope_params d = {0};
     d.rope_type = RP_HF_ROPE_DYNAMIC;
