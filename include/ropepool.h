@@ -297,7 +297,9 @@ typedef struct rp_rope_pool_args {
  * precision, once per (token, frequency), and shared by all Hq + Hk heads; c and n are formed in
  * float64 and rounded to float32 once. Every rotated output is within one ulp of its dtype plus
  * 8 * 2^-24 * s * (|x[a]| + |x[b]|) of the same formula evaluated in float64 with the table as
- * given (a float32 table is used exactly, as float64), at any int32 position. The pass-through
+ * given (a float32 table is used exactly, as float64), at any int32 position (with s > 1: where
+ * s * (|x[a]| + |x[b]|) stays below the float32 maximum, 3.4e38; beyond it a float32 product may
+ * overflow to infinity though the float64 result is finite). The pass-through
  * dims R..D-1 of q_rot, k_rot and k_pool, and v into v_pool, are copied bit for bit. The same
  * inputs give bit-identical outputs for any thread count.
  *
