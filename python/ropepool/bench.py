@@ -14,9 +14,11 @@ on torch CUDA tensors, where the figures are host wall time per call of an eager
 stream synchronised at the end of each batch), beside the GPU time per call (CUDA events around
 a CUDA graph of the same calls). ``--profile`` prints where the binding's time goes per call at
 the smallest T (argument parsing, array description, autograd checks, context and stream,
-outputs, the library call, version bumps and result), from ``_ropepool._profile``.
+outputs, the library call, version bumps and result), from ``_ropepool._profile``;
+``--fresh-outputs`` compares the ways fresh outputs' pages can be first touched
+(``ROPEPOOL_FRESH_OUTPUTS``, python/src/fresh_memory.c) at T >= 1024.
 
-    python -m ropepool.bench [--backend cpu|cuda] [-T 1,256,4096] [--rounds 5] [--profile]
+    python -m ropepool.bench [--backend cpu|cuda] [-T 1,256,4096] [--rounds 5] [--profile] [--fresh-outputs]
 """
 
 import argparse
@@ -200,6 +202,49 @@ def profile(backend, torch, P, calls=20000, batches_of=40):
           " happens in the caller and is not included.)")
 
 
+STRATEGIES = ["none", "huge", "populate", "huge+populate"]
+
+
+def fresh_output_sweep(tokens, P, torch, rounds, budget_s):
+    """Fresh outputs under each ROPEPOOL_FRESH_OUTPUTS strategy (see python/src/fresh_memory.c),
+    interleaved in one process: wall time, minor faults and system CPU time per call."""
+    print("\nFresh outputs by first-touch strategy (ROPEPOOL_FRESH_OUTPUTS), interleaved; us per call, "
+          "minor faults per call, system CPU us per call:")
+    print("| T | framework | " + " | ".join(STRATEGIES) + " |")
+    print("| ---: | --- |" + " ---: |" * len(STRATEGIES))
+    saved = os.environ.get("ROPEPOOL_FRESH_OUTPUTS")
+    for T in tokens:
+        base = make_arrays(T, P)
+        frameworks = {"numpy": [base[n] for n in ORDER]}
+        if torch is not None:
+            frameworks["torch"] = [torch.from_numpy(base[n]) for n in ORDER]
+        runs = {}
+        for fw, arrays in frameworks.items():
+            for strategy in STRATEGIES:
+                def run(n, arrays=arrays, strategy=strategy):
+                    os.environ["ROPEPOOL_FRESH_OUTPUTS"] = strategy
+                    python_batch(arrays, n, None, lambda: None)
+                runs[(fw, strategy)] = run
+        calls = {key: calibrate(run, budget_s) for key, run in runs.items()}
+        samples = {key: [] for key in runs}
+        for _ in range(rounds):
+            for key, run in runs.items():
+                samples[key].append(timed(run, calls[key]))
+        for fw in frameworks:
+            cells = []
+            for strategy in STRATEGIES:
+                got = samples[(fw, strategy)]
+                ns = statistics.median(x[0] for x in got)
+                faults = statistics.median(x[1][0] for x in got)
+                sys_ns = statistics.median(x[1][1] for x in got)
+                cells.append(f"{ns / 1e3:.0f} ({faults:.0f} faults, sys {sys_ns / 1e3:.0f})")
+            print(f"| {T} | {fw} | " + " | ".join(cells) + " |")
+    if saved is None:
+        os.environ.pop("ROPEPOOL_FRESH_OUTPUTS", None)
+    else:
+        os.environ["ROPEPOOL_FRESH_OUTPUTS"] = saved
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m ropepool.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -214,6 +259,8 @@ def main(argv=None):
     parser.add_argument("--clock", choices=["wall", "thread"], default="wall",
                         help="wall (default), or thread: the calling thread's CPU time, with every call on one "
                         "thread (threads=1), so that other load on the machine does not count (T = 1 overheads)")
+    parser.add_argument("--fresh-outputs", action="store_true",
+                        help="also compare the first-touch strategies of fresh outputs at T >= 1024")
     parser.add_argument("--profile", action="store_true", help="also print the per-stage breakdown at T = 1")
     args = parser.parse_args(argv)
     try:
@@ -262,6 +309,8 @@ def main(argv=None):
         c = results[1]["C"][0]
         print("\nOverhead over the C call at T = 1: " + ", ".join(
             f"{n} {(results[1][n][0] - c) / 1e3:+.2f} us" for n in names))
+    if args.fresh_outputs and args.backend == "cpu":
+        fresh_output_sweep([T for T in tokens if T >= 1024], P, torch, args.rounds, args.seconds)
     if args.profile:
         profile(args.backend, torch, P)
     return 0
