@@ -1,4 +1,4 @@
-"""ropepool: NeoX RoPE fused with the KV-cache pool write, on NumPy arrays and PyTorch tensors.
+"""ropepool: RoPE (NeoX, GPT-J, partial, scaled) fused with the KV-cache pool write, on NumPy and torch.
 
 The call of sglang's ``sgl_kernel.metal.rope_pool_fused``, backed by the C library libropepool::
 
@@ -28,6 +28,8 @@ except ModuleNotFoundError as error:  # the source tree's python/ropepool, not a
         "with `python3 -m pip install ./python`, or run `make` and use PYTHONPATH=build/python"
     ) from error
 
+from ._hf import hf_rope_kwargs, hf_rope_parameters  # noqa: E402  (needs the extension)
+
 __version__ = version()
 
 __all__ = [
@@ -35,6 +37,8 @@ __all__ = [
     "check_cuda",
     "cpu_kernel",
     "has_cuda",
+    "hf_rope_kwargs",
+    "hf_rope_parameters",
     "num_threads",
     "rope_pool_fused",
     "version",
