@@ -30,6 +30,10 @@ except ModuleNotFoundError as error:  # the source tree's python/ropepool, not a
 
 __version__ = version()
 
+from . import _torch_hooks  # noqa: E402  (torch.ops.ropepool.rope_pool_fused, once torch is imported)
+
+_torch_hooks.install()
+
 __all__ = [
     "RopePoolError",
     "check_cuda",
