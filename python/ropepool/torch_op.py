@@ -36,8 +36,8 @@ EXTENSIONS = (
     ("attention_scaling", "float attention_scaling=1.0", 1.0),
     ("kv_layout", "str kv_layout=\"flat\"", "flat"),
     ("kv_cache_dtype", "str kv_cache_dtype=\"auto\"", "auto"),
-    ("k_scale", "float k_scale=1.0", 1.0),
-    ("v_scale", "float v_scale=1.0", 1.0),
+    ("k_scale", "Tensor? k_scale=None", None),  # None: 1.0 (a torch operator takes no number|Tensor)
+    ("v_scale", "Tensor? v_scale=None", None),
     ("v_head_dim", "int? v_head_dim=None", None),
 )
 INPUTS = "Tensor q, Tensor k, Tensor v, Tensor positions, Tensor slots, "
@@ -103,6 +103,14 @@ _define()
 rope_pool_fused = torch.ops.ropepool.rope_pool_fused
 
 
+def _scale_tensor(scale):
+    """A number as the operator's one-element host tensor (read when the call is made); a tensor
+    as it is (on CUDA read by the kernel, so a captured graph sees updates)."""
+    if isinstance(scale, torch.Tensor):
+        return scale
+    return None if scale == 1.0 else torch.tensor(float(scale), dtype=torch.float64)
+
+
 def call_op(q, k, v, positions, slots, k_pool, v_pool, *, head_dim, num_qo_heads, num_kv_heads,
             rope_base, threads=None, checked=False, is_neox=True, rotary_dim=None, inv_freq=None,
             attention_scaling=1.0, kv_layout="flat", kv_cache_dtype="auto", k_scale=1.0,
@@ -111,6 +119,7 @@ def call_op(q, k, v, positions, slots, k_pool, v_pool, *, head_dim, num_qo_heads
     ``(q_rot, k_rot, k_pool, v_pool)``. What Dynamo traces in place of the C call."""
     if inv_freq is not None and not isinstance(inv_freq, torch.Tensor):
         inv_freq = torch.as_tensor(inv_freq, dtype=torch.float64)
+    k_scale, v_scale = _scale_tensor(k_scale), _scale_tensor(v_scale)
     keywords = dict(
         head_dim=head_dim, num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads,
         rope_base=rope_base, threads=threads, checked=checked, is_neox=is_neox,
