@@ -297,7 +297,9 @@ typedef struct rp_rope_pool_args {
  * precision, once per (token, frequency), and shared by all Hq + Hk heads; c and n are formed in
  * float64 and rounded to float32 once. Every rotated output is within one ulp of its dtype plus
  * 8 * 2^-24 * s * (|x[a]| + |x[b]|) of the same formula evaluated in float64 with the table as
- * given (a float32 table is used exactly, as float64), at any int32 position. The pass-through
+ * given (a float32 table is used exactly, as float64), at any int32 position (with s > 1: where
+ * s * (|x[a]| + |x[b]|) stays below the float32 maximum, 3.4e38; beyond it a float32 product may
+ * overflow to infinity though the float64 result is finite). The pass-through
  * dims R..D-1 of q_rot, k_rot and k_pool, and v into v_pool, are copied bit for bit. The same
  * inputs give bit-identical outputs for any thread count.
  *
@@ -334,6 +336,66 @@ typedef struct rp_rope_pool_args {
  */
 RP_API rp_status rp_rope_pool_fused(rp_context *ctx, const rp_rope_pool_args *args,
                                     char *errbuf, size_t errbuf_size);
+
+/* ---- transformers-exact frequency tables ---------------------------------------------------- */
+
+/* The rope types of transformers' modeling_rope_utils.py (config "rope_type", formerly "type"). */
+typedef enum rp_hf_rope_type {
+    RP_HF_ROPE_DEFAULT = 0,  /* theta^(-2j/R)                                                   */
+    RP_HF_ROPE_LINEAR = 1,   /* default / factor                                                */
+    RP_HF_ROPE_DYNAMIC = 2,  /* NTK: theta grown for seq_len > max_position_embeddings          */
+    RP_HF_ROPE_YARN = 3,     /* YaRN ramp between default and default / factor; attention factor */
+    RP_HF_ROPE_LONGROPE = 4, /* default / short_factor or long_factor; attention factor          */
+    RP_HF_ROPE_LLAMA3 = 5    /* Llama 3.1 wavelength bands                                       */
+} rp_hf_rope_type;
+
+/* rp_hf_rope_params.flags */
+#define RP_HF_YARN_NO_TRUNCATE 0x1u /* yarn "truncate": false (the correction range is not rounded) */
+
+/* The numbers a transformers config gives for one rope (a binding reads the config; C has no JSON
+ * parser). Fields a type does not use are ignored; 0 means "not given" where a default exists. */
+typedef struct rp_hf_rope_params {
+    int32_t rope_type;        /* rp_hf_rope_type                                                    */
+    uint32_t flags;           /* RP_HF_*                                                            */
+    int64_t rotary_dim;       /* R = int(head_dim * partial_rotary_factor): even, >= 2 (dynamic: >= 4) */
+    double rope_theta;        /* > 0 and finite (yarn: > 1)                                         */
+    double factor;            /* linear, dynamic, llama3: > 0, required. yarn, longrope: 0 = the
+                                 config's max_position_embeddings / original_max_position_embeddings */
+    double attention_factor;  /* yarn, longrope: > 0, or 0 = derived as transformers does           */
+    int64_t seq_len;          /* dynamic, longrope: the sequence length served; 0 = none (init)     */
+    int64_t max_position_embeddings;          /* dynamic: required; yarn/longrope with factor 0   */
+    int64_t original_max_position_embeddings; /* yarn, longrope, llama3: required, > 0             */
+    double beta_fast, beta_slow;              /* yarn: 0 = 32 and 1                                */
+    double mscale, mscale_all_dim;            /* yarn: 0 = absent                                  */
+    double low_freq_factor, high_freq_factor; /* llama3: required, high > low                      */
+    const double *short_factor, *long_factor; /* longrope: [R/2] each, finite, > 0                 */
+    uint64_t reserved[4];     /* must be 0                                                          */
+} rp_hf_rope_params;
+
+/*
+ * rp_hf_rope_frequencies — the inverse-frequency table and attention scaling transformers uses.
+ *
+ * Follows transformers 5's operation order (its ROPE_INIT_FUNCTIONS and models' default init) in
+ * float32, because the float32 table is the one the model was trained with; only pow differs:
+ * ours is correctly rounded (double pow, then one rounding), torch's CPU powf is within 1 ulp.
+ * Dynamic NTK with seq_len > max_position_embeddings forms its grown theta in float32, as
+ * transformers' runtime update does. Writes R/2 float32 values, widened, to inv_freq[0..R/2) and
+ * the cos/sin scale (1.0 unless yarn or longrope) to *attention_scaling: ready to pass as
+ * rp_rope_pool_args.inv_freq and .attention_scaling. A call that fails writes neither.
+ */
+RP_API rp_status rp_hf_rope_frequencies(const rp_hf_rope_params *params, double *inv_freq,
+                                        double *attention_scaling, char *errbuf, size_t errbuf_size);
+
+/*
+ * rp_hf_rope_style — the pair style transformers' modeling code uses for a config "model_type"
+ * (its text model's, for a multimodal config): RP_ROPE_NEOX or RP_ROPE_GPTJ into *style.
+ * rope_interleave is the config's flag of that name (1 / 0), or -1 when the config has none; only
+ * deepseek_v3 reads it (default true: GPT-J pairs). An unknown model type is RP_ERR_UNSUPPORTED
+ * with a message saying to pass the style explicitly: a wrong style is a silent accuracy bug, so
+ * it is never guessed.
+ */
+RP_API rp_status rp_hf_rope_style(const char *model_type, int32_t rope_interleave, int32_t *style,
+                                  char *errbuf, size_t errbuf_size);
 
 /* ---- what runs ------------------------------------------------------------------------------------ */
 

@@ -99,12 +99,6 @@ static void test_every_level_within_bound_at_extreme_positions(void)
     }
 }
 
-/* Until the fast kernels serve the variants (the next commit), only the reference runs them. */
-static int level_runs_variants(int l)
-{
-    return l == 0;
-}
-
 /* Both styles, R in {2, D - 2, D/2, D}, each table kind and attention scaling, on head dims that
  * are and are not vector multiples (80, 96), at extreme positions: within the bound, pass-through
  * dims exact; the reference exactly the float64 formula rounded once. */
@@ -112,7 +106,7 @@ static void test_every_level_serves_every_variant(void)
 {
     static const int64_t dims[][3] = {{3, 1, 80}, {2, 2, 96}, {4, 2, 128}, {2, 1, 256}, {1, 1, 64}};
     for (int l = 0; l < num_levels; l++) {
-        if (!levels[l].supported || !level_runs_variants(l))
+        if (!levels[l].supported)
             continue;
         double worst = 0.0;
         for (int d = 0; d < 3; d++)
@@ -140,7 +134,7 @@ static void test_zero_frequencies_leave_pairs_unrotated(void)
 {
     static const rope_variant zero[2] = {{RP_ROPE_GPTJ, -2, TABLE_ZERO, 1.0}, {RP_ROPE_NEOX, 0, TABLE_ZERO, 2.0}};
     for (int l = 0; l < num_levels; l++) {
-        if (!levels[l].supported || !level_runs_variants(l))
+        if (!levels[l].supported)
             continue;
         for (int d = 0; d < 3; d++)
             for (int z = 0; z < 2; z++) {
@@ -181,7 +175,7 @@ static void test_int64_positions_beyond_int32(void)
         if (!levels[l].supported)
             continue;
         double worst = 0.0;
-        for (int v = 0; v < (level_runs_variants(l) ? 4 : 1); v++) {
+        for (int v = 0; v < 4; v++) {
             fixture f;
             fixture_init(&f, &rng, 6, 2, 1, 64, 8, RP_F32, RP_I64, 10, 0);
             fixture_set_variant(&f, &rng, &test_variants[variants[v]]);
@@ -249,7 +243,7 @@ static void test_split_parts_equal_fused(void)
     for (int l = 1; l < num_levels; l++) {
         if (!levels[l].supported)
             continue;
-        for (int d = 0; d < 3 * (level_runs_variants(l) ? NUM_TEST_VARIANTS : 1); d++) {
+        for (int d = 0; d < 3 * NUM_TEST_VARIANTS; d++) {
             fixture f, g;
             test_rng r1 = {99}, r2 = {99};
             fixture_init(&f, &r1, 9, 4, 2, 64, 32, dtypes[d % 3], RP_I32, 50000, 1);
@@ -476,7 +470,7 @@ static void test_variants_on_strided_rows_in_place_and_parts(void)
     static const layout layouts[] = {{0, 0, 0, 0}, {1, 3, 1, 0}, {0, 0, 0, 1}, {3, 1, 1, 1}};
     static const rp_parts parts[] = {RP_PARTS_ALL, RP_PARTS_ROTATE, RP_PARTS_SCATTER};
     for (int l = 0; l < num_levels; l++) {
-        if (!levels[l].supported || !level_runs_variants(l))
+        if (!levels[l].supported)
             continue;
         for (int d = 0; d < 3; d++)
             for (size_t s = 0; s < sizeof dims / sizeof dims[0]; s++)
@@ -556,54 +550,66 @@ static void test_fast_kernels_round_subnormals_and_specials(void)
 
 /* Calls large enough for streaming stores (RP_STREAM_MIN_BYTES), with rows on cache lines so
  * that they stream, and shifted so that they cannot: within the bound, pools exact, nothing else
- * written, and bit-identical to the same tokens run as small calls with ordinary stores. */
+ * written, and bit-identical to the same tokens run as small calls with ordinary stores. The
+ * variants cover the direct streaming path (segments of whole lines: NeoX 128, GPT-J 64 of 128)
+ * and the staged one (NeoX 24 of 96, GPT-J 40 of 80). */
 static void test_fast_kernels_large_calls_stream_the_same_bits(void)
 {
-    const int64_t Hq = 8, Hk = 4, D = 128;
+    static const struct {
+        int64_t D;
+        rope_variant v;
+    } cases[] = {{128, {RP_ROPE_NEOX, 0, TABLE_DEFAULT, 0.0}}, {128, {RP_ROPE_GPTJ, 64, TABLE_F64, 1.2}},
+                 {96, {RP_ROPE_NEOX, 24, TABLE_F32, 0.0}},     {80, {RP_ROPE_GPTJ, 40, TABLE_DEFAULT, 0.0}}};
+    const int64_t Hq = 8, Hk = 4;
     for (int l = 2; l < num_levels; l++) {
         if (!levels[l].supported)
             continue;
-        for (int d = 0; d < 3; d += 2) {
-            const rp_dtype dt = dtypes[d];
-            const size_t e = rp_dtype_size(dt);
-            const int64_t T = RP_STREAM_MIN_BYTES / ((2 * Hq + 5 * Hk) * D * (int64_t)e) + 7, P = T + 5;
-            for (int shift = 0; shift < 2; shift++) {
-                fixture f, g;
-                test_rng r1 = {77}, r2 = {77};
-                fixture_init(&f, &r1, T, Hq, Hk, D, P, dt, RP_I32, 1 << 20, 1);
-                fixture_init(&g, &r2, T, Hq, Hk, D, P, dt, RP_I32, 1 << 20, 1);
-                char what[96];
-                snprintf(what, sizeof what, "%s %s T=%lld %s", levels[l].name, rp_dtype_name(dt),
-                         (long long)T, shift ? "shifted" : "on cache lines");
-                const layout L = {0, 0, shift, 0};
-                check_padded_call(&levels[l], &f, L, RP_PARTS_ALL, what);
-                for (int64_t t0 = 0; t0 < T; t0 += 16) { /* each piece far below the threshold */
-                    const int64_t n = T - t0 < 16 ? T - t0 : 16;
-                    fixture piece = g;
-                    rp_rope_pool_args *a = &piece.args;
-                    piece.T = n;
-                    a->q = rp_tensor_3d((char *)g.q + (size_t)(t0 * Hq * D) * e, dt, n, Hq, D);
-                    a->k = rp_tensor_3d((char *)g.k + (size_t)(t0 * Hk * D) * e, dt, n, Hk, D);
-                    a->v = rp_tensor_3d((char *)g.v + (size_t)(t0 * Hk * D) * e, dt, n, Hk, D);
-                    a->q_rot = rp_tensor_3d((char *)g.q_rot + (size_t)(t0 * Hq * D) * e, dt, n, Hq, D);
-                    a->k_rot = rp_tensor_3d((char *)g.k_rot + (size_t)(t0 * Hk * D) * e, dt, n, Hk, D);
-                    a->positions = rp_tensor_1d((int32_t *)g.positions + t0, RP_I32, n);
-                    a->slots = rp_tensor_1d((int32_t *)g.slots + t0, RP_I32, n);
-                    run_level(&levels[l], &piece, RP_PARTS_ALL);
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+            for (int d = 0; d < 3; d += 2) {
+                const rp_dtype dt = dtypes[d];
+                const size_t e = rp_dtype_size(dt);
+                const int64_t D = cases[c].D;
+                const int64_t T = RP_STREAM_MIN_BYTES / ((2 * Hq + 5 * Hk) * D * (int64_t)e) + 7, P = T + 5;
+                for (int shift = 0; shift < 2; shift++) {
+                    fixture f, g;
+                    test_rng r1 = {77}, r2 = {77};
+                    fixture_init(&f, &r1, T, Hq, Hk, D, P, dt, RP_I32, 1 << 20, 1);
+                    fixture_init(&g, &r2, T, Hq, Hk, D, P, dt, RP_I32, 1 << 20, 1);
+                    fixture_set_variant(&f, &r1, &cases[c].v);
+                    fixture_set_variant(&g, &r2, &cases[c].v);
+                    char what[160], name[64];
+                    snprintf(what, sizeof what, "%s %s %s T=%lld %s", levels[l].name, rp_dtype_name(dt),
+                             variant_name(&cases[c].v, D, name, sizeof name), (long long)T,
+                             shift ? "shifted" : "on cache lines");
+                    const layout L = {0, 0, shift, 0};
+                    check_padded_call(&levels[l], &f, L, RP_PARTS_ALL, what);
+                    for (int64_t t0 = 0; t0 < T; t0 += 16) { /* each piece far below the threshold */
+                        const int64_t n = T - t0 < 16 ? T - t0 : 16;
+                        fixture piece = g;
+                        rp_rope_pool_args *a = &piece.args;
+                        piece.T = n;
+                        a->q = rp_tensor_3d((char *)g.q + (size_t)(t0 * Hq * D) * e, dt, n, Hq, D);
+                        a->k = rp_tensor_3d((char *)g.k + (size_t)(t0 * Hk * D) * e, dt, n, Hk, D);
+                        a->v = rp_tensor_3d((char *)g.v + (size_t)(t0 * Hk * D) * e, dt, n, Hk, D);
+                        a->q_rot = rp_tensor_3d((char *)g.q_rot + (size_t)(t0 * Hq * D) * e, dt, n, Hq, D);
+                        a->k_rot = rp_tensor_3d((char *)g.k_rot + (size_t)(t0 * Hk * D) * e, dt, n, Hk, D);
+                        a->positions = rp_tensor_1d((int32_t *)g.positions + t0, RP_I32, n);
+                        a->slots = rp_tensor_1d((int32_t *)g.slots + t0, RP_I32, n);
+                        run_level(&levels[l], &piece, RP_PARTS_ALL);
+                    }
+                    CHECK(memcmp(f.q_rot, g.q_rot, (size_t)(T * Hq * D) * e) == 0 &&
+                              memcmp(f.k_rot, g.k_rot, (size_t)(T * Hk * D) * e) == 0 &&
+                              memcmp(f.k_pool, g.k_pool, (size_t)(P * Hk * D) * e) == 0 &&
+                              memcmp(f.v_pool, g.v_pool, (size_t)(P * Hk * D) * e) == 0,
+                          "%s: one large call differs from small calls", what);
+                    /* The unfused parts stream too: ROTATE leaves the pools alone, SCATTER after
+                     * it copies k_rot. */
+                    for (int part = RP_PARTS_ROTATE; shift == 0 && d == 0 && part <= RP_PARTS_SCATTER; part++)
+                        check_padded_call(&levels[l], &f, L, (rp_parts)part, what);
+                    fixture_free(&f);
+                    fixture_free(&g);
                 }
-                CHECK(memcmp(f.q_rot, g.q_rot, (size_t)(T * Hq * D) * e) == 0 &&
-                          memcmp(f.k_rot, g.k_rot, (size_t)(T * Hk * D) * e) == 0 &&
-                          memcmp(f.k_pool, g.k_pool, (size_t)(P * Hk * D) * e) == 0 &&
-                          memcmp(f.v_pool, g.v_pool, (size_t)(P * Hk * D) * e) == 0,
-                      "%s: one large call differs from small calls", what);
-                /* The unfused parts stream too: ROTATE leaves the pools alone, SCATTER after it
-                 * copies k_rot. */
-                for (int part = RP_PARTS_ROTATE; shift == 0 && d == 0 && part <= RP_PARTS_SCATTER; part++)
-                    check_padded_call(&levels[l], &f, L, (rp_parts)part, what);
-                fixture_free(&f);
-                fixture_free(&g);
             }
-        }
     }
 }
 
@@ -615,19 +621,23 @@ static void test_avx2_and_avx512_agree_bit_for_bit(void)
         printf("skip: needs both avx2 and avx512\n");
         return;
     }
-    static const int64_t dims[] = {2, 34, 128};
-    for (int d = 0; d < 3; d++)
-        for (int s = 0; s < 3; s++) {
+    static const int64_t dims[] = {2, 34, 128, 96, 80};
+    for (int d = 0; d < 3 * NUM_TEST_VARIANTS; d++)
+        for (int s = 0; s < 5; s++) {
             fixture f, g;
             test_rng r1 = {11}, r2 = {11};
-            fixture_init(&f, &r1, 29, 3, 2, dims[s], 40, dtypes[d], RP_I64, 1 << 30, 1);
-            fixture_init(&g, &r2, 29, 3, 2, dims[s], 40, dtypes[d], RP_I64, 1 << 30, 1);
+            fixture_init(&f, &r1, 29, 3, 2, dims[s], 40, dtypes[d % 3], RP_I64, 1 << 30, 1);
+            fixture_init(&g, &r2, 29, 3, 2, dims[s], 40, dtypes[d % 3], RP_I64, 1 << 30, 1);
+            fixture_set_variant(&f, &r1, &test_variants[d / 3]);
+            fixture_set_variant(&g, &r2, &test_variants[d / 3]);
             run_level(&levels[2], &f, RP_PARTS_ALL);
             run_level(&levels[3], &g, RP_PARTS_ALL);
-            const size_t e = rp_dtype_size(dtypes[d]);
+            const size_t e = rp_dtype_size(dtypes[d % 3]);
+            char name[64];
             CHECK(memcmp(f.q_rot, g.q_rot, (size_t)(29 * 3 * dims[s]) * e) == 0 &&
                       memcmp(f.k_pool, g.k_pool, (size_t)(40 * 2 * dims[s]) * e) == 0,
-                  "%s D=%lld: avx2 and avx512 differ", rp_dtype_name(dtypes[d]), (long long)dims[s]);
+                  "%s %s: avx2 and avx512 differ", rp_dtype_name(dtypes[d % 3]),
+                  variant_name(&test_variants[d / 3], dims[s], name, sizeof name));
             fixture_free(&f);
             fixture_free(&g);
         }

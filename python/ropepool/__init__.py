@@ -28,6 +28,8 @@ except ModuleNotFoundError as error:  # the source tree's python/ropepool, not a
         "with `python3 -m pip install ./python`, or run `make` and use PYTHONPATH=build/python"
     ) from error
 
+from ._hf import hf_rope_kwargs, hf_rope_parameters  # noqa: E402  (needs the extension)
+
 __version__ = version()
 
 from . import _torch_hooks  # noqa: E402  (torch.ops.ropepool.rope_pool_fused, once torch is imported)
@@ -39,6 +41,8 @@ __all__ = [
     "check_cuda",
     "cpu_kernel",
     "has_cuda",
+    "hf_rope_kwargs",
+    "hf_rope_parameters",
     "num_threads",
     "rope_pool_fused",
     "version",

@@ -184,6 +184,7 @@ int rpy_scale(PyObject *obj, const char *name, rp_device device, double *value, 
                           name, (int)t.device.index);
     if (t.device.index != device.index)
         return rpy_refuse("%s is on cuda:%d but q is on cuda:%d", name, (int)t.device.index, (int)device.index);
+    *value = 0.0; /* the library takes one of the two */
     *ptr = (const float *)t.data; /* read by the kernel: a captured CUDA graph sees new values */
     return 0;
 }

@@ -147,6 +147,13 @@ static PyMethodDef methods[] = {
      "num_threads($module, /)\n--\n\n"
      "The threads a CPU call may use: ROPEPOOL_NUM_THREADS when the first call was made, or one\n"
      "per online CPU."},
+    {"_hf_rope_frequencies", (PyCFunction)(void (*)(void))rpy_hf_rope_frequencies,
+     METH_VARARGS | METH_KEYWORDS,
+     "_hf_rope_frequencies(rope_type, rotary_dim, rope_theta, **fields) -> (list, float)\n--\n\n"
+     "rp_hf_rope_frequencies on parsed config fields; use ropepool.hf_rope_parameters."},
+    {"_hf_rope_style", rpy_hf_rope_style, METH_VARARGS,
+     "_hf_rope_style(model_type, rope_interleave) -> bool\n--\n\n"
+     "rp_hf_rope_style: is_neox for a model type; use ropepool.hf_rope_kwargs."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -35,8 +35,7 @@ rp_status rp_cpu_rope_pool(rp_context *ctx, const rp_problem *p, rp_parts parts,
 {
     (void)err;
     const rp_cpu_kernels *table = rp_cpu_kernel_table();
-    const int seed_variant = p->style == RP_ROPE_NEOX && p->rotary_dim == p->head_dim && p->attention_scaling == 1.0;
-    cpu_job job = {p, parts, p->inner_contiguous && seed_variant ? table->rope_pool[p->dtype] : rp_ref_rope_pool};
+    cpu_job job = {p, parts, p->inner_contiguous ? table->rope_pool[p->dtype] : rp_ref_rope_pool};
 
     int64_t threads = rp_context_num_threads(ctx);
     if (num_threads > 0 && num_threads < threads)
