@@ -269,7 +269,8 @@ typedef struct rp_rope_pool_args {
      * value = fp8(x / scale), round to nearest even, saturating to the format's finite range. */
     int32_t pool_dtype;
     uint32_t reserved0;   /* must be 0                                                             */
-    double k_scale;       /* fp8 pools: K's scale, > 0 and finite; 0 = 1.0                          */
+    double k_scale;       /* fp8 pools: K's scale, > 0 and finite; 0 = 1.0 (must be 0 or 1 with a
+                             k_scale_ptr); with other pools only 0 or 1                            */
     double v_scale;       /* fp8 pools: V's scale; 0 = 1.0                                          */
     const float *k_scale_ptr; /* or one float32 in the tensors' memory (device memory on CUDA),
                                  read when the kernel runs, so a captured graph sees updates;
@@ -303,6 +304,25 @@ typedef struct rp_rope_pool_args {
  * dims R..D-1 of q_rot, k_rot and k_pool, and v into v_pool, are copied bit for bit. The same
  * inputs give bit-identical outputs for any thread count.
  *
+ * Pools (kv_layout). Slot s >= 0 is row s of a flat pool [P, Hk, D], and row s % block_size of
+ * block s / block_size of a paged one: NHD [num_blocks, block_size, Hk, D] or HND [num_blocks,
+ * Hk, block_size, D]; P = num_blocks * block_size, any block_size >= 1, any strides on every
+ * dimension (vLLM's kv_cache.unbind(1) views of [num_blocks, 2, block_size, Hk, D], the packed
+ * (num_blocks, Hk, block_size, 2 * D) split on its last dimension, one layer of a larger cache).
+ * With v_head_dim = Dv, v is [T, Hk, Dv] and v_pool is k_pool's shape with Dv as its last
+ * dimension (MLA: k_pool and v_pool as the two column ranges of one [P, Dv + D] row); v is copied,
+ * never rotated. v_head_dim = 0 keeps the seed's "v shape must match k shape".
+ *
+ * fp8 pools (RP_F8_E4M3 / RP_F8_E5M2 pools, or RP_U8 pools with pool_dtype): k_pool receives
+ * fp8(y / k_scale) where y is the rotated value itself (after attention scaling), not the
+ * rounded k_rot, and the pass-through dims fp8(k / k_scale); v_pool receives fp8(v / v_scale).
+ * fp8() rounds to nearest-even and saturates to the format's finite range (+-448 for e4m3fn,
+ * +-57344 for e5m2, infinities included); NaN stays NaN. Exactness: every stored code equals the
+ * correctly rounded fp8 of the float64 value y / scale, except where that value lies within the
+ * kernel's own arithmetic error (8 * 2^-24 * s * (|x[a]| + |x[b]|) / scale plus a few float32
+ * ulps of y / scale) of a rounding midpoint, where either neighbour may be stored. With scale 1
+ * (or a power of two) the codes of v are exact. q_rot and k_rot keep their dtype and meaning.
+ *
  * Validation runs completely before the first byte is written; a call that fails writes nothing
  * at all. The seed's checks come first, in the seed's order and with its exact messages:
  *     rope_pool_fused expects q/k/v to be 3-D
@@ -316,10 +336,13 @@ typedef struct rp_rope_pool_args {
  *     v_pool shape must match k_pool shape, got (...) vs (...)
  *     q/k/v dtypes must match
  *     pool dtypes must match q/k/v dtype
- * then ours: dtypes, head_dim and counts, rope_base, extension fields (style, rotary_dim, each
- * inv_freq entry, attention_scaling, ...), output shapes and dtypes,
+ * (with kv_layout, the pool rank and shape checks name the layout; with v_head_dim, v's and
+ * v_pool's; the last one stands for every pool dtype that is not fp8), then ours: dtypes,
+ * head_dim and counts, rope_base, extension fields (style, rotary_dim, each inv_freq entry,
+ * attention_scaling, k_scale / v_scale: > 0 and finite, other than 1 only with fp8 pools; a
+ * pointer's value is checked on the CPU before anything is written), output shapes and dtypes,
  * devices, NULL data, alignment, strides, read-only outputs, overlaps, and last the slot values
- * (any slot >= P, and a slot named by two tokens).
+ * (any slot >= P = num_blocks * block_size, and a slot named by two tokens).
  *
  * Devices: every tensor must be on one device. CPU tensors run on the CPU backend (threads from
  * ctx, which may be NULL: then the call runs on the caller's thread alone and recomputes the
@@ -328,8 +351,9 @@ typedef struct rp_rope_pool_args {
  * RP_CHECK_SLOTS) and may be captured in a CUDA graph. On CUDA, slot values are checked by the
  * kernel itself: an out-of-range slot is never written, and rp_context_check() reports it;
  * duplicates are found only with RP_CHECK_SLOTS. The CUDA backend of this version serves the
- * seed's variant only (NeoX, rotary_dim = D, rope_base's table, s = 1): other values return
- * RP_ERR_UNSUPPORTED there.
+ * seed's variant only (NeoX, rotary_dim = D, rope_base's table, s = 1) with flat pools of q's
+ * dtype and v_head_dim = D: paged layouts, fp8 pools and v_head_dim return RP_ERR_UNSUPPORTED
+ * there for now.
  *
  * Never writes outside q_rot, k_rot and the rows slots[t] of k_pool and v_pool.
  * T = 0 is a valid no-op (shapes are still checked).

@@ -118,4 +118,69 @@ static inline uint16_t rp_float_to_bf16_bits(float f)
     return (uint16_t)(u >> 16);
 }
 
+/* ---- fp8 (OCP float8: e4m3fn and e5m2) ---------------------------------------------------------- */
+
+/* The two pool formats: mantissa bits, exponent bias, largest finite value and its code, and the
+ * NaN code written for a NaN input (e4m3fn has no infinities; e5m2's are never produced). */
+typedef struct rp_fp8_format {
+    int mant_bits, bias;
+    double max;
+    uint8_t max_code, nan_code;
+} rp_fp8_format;
+
+static inline rp_fp8_format rp_fp8_format_of(int e5m2)
+{
+    const rp_fp8_format e4m3 = {3, 7, 448.0, 0x7e, 0x7f}, e5 = {2, 15, 57344.0, 0x7b, 0x7e};
+    return e5m2 ? e5 : e4m3;
+}
+
+/* d rounded ONCE to the fp8 format (e5m2 when nonzero, else e4m3fn): round to nearest-even,
+ * saturating to +-max (infinities included), NaN to NaN, signed zeros kept. The one converter the
+ * reference kernel and the verifier use; fast kernels that convert a float32 give the same code as
+ * this function on (double)that float. */
+static inline uint8_t rp_double_to_fp8_bits(double d, int e5m2)
+{
+    const rp_fp8_format f = rp_fp8_format_of(e5m2);
+    const uint8_t sign = signbit(d) ? 0x80 : 0x00;
+    if (isnan(d))
+        return (uint8_t)(sign | f.nan_code);
+    const double a = fabs(d);
+    if (a >= f.max)
+        return (uint8_t)(sign | f.max_code); /* rounds to max or beyond: saturate */
+    if (a == 0.0)
+        return sign;
+    int e;
+    frexp(a, &e); /* a in [2^(e-1), 2^e) */
+    e -= 1;
+    if (e < 1 - f.bias)
+        e = 1 - f.bias; /* subnormals share the smallest normal's quantum */
+    const double n = ldexp(a, f.mant_bits - e); /* a / quantum: exact, < 2^(mant_bits + 1) */
+    double kept = floor(n);
+    const double rest = n - kept;
+    if (rest > 0.5 || (rest == 0.5 && fmod(kept, 2.0) != 0.0))
+        kept += 1.0;
+    /* With the implicit bit in kept, adding (biased exponent - 1) << mant_bits encodes a normal
+     * number and carries a mantissa overflow into the exponent; in the subnormal binade the biased
+     * exponent term is 0 and kept is the code itself (2^mant_bits: the smallest normal). Rounding
+     * up never passes max: a < max and max is the top of its binade's codes. */
+    return (uint8_t)(sign | (((e + f.bias - 1) << f.mant_bits) + (int)kept));
+}
+
+/* The value of an fp8 code (exact). */
+static inline double rp_fp8_bits_to_double(uint8_t c, int e5m2)
+{
+    const rp_fp8_format f = rp_fp8_format_of(e5m2);
+    const int exp = (c & 0x7f) >> f.mant_bits, mant = c & ((1 << f.mant_bits) - 1);
+    double mag;
+    if (e5m2 && exp == 31)
+        mag = mant ? NAN : INFINITY;
+    else if (!e5m2 && (c & 0x7f) == 0x7f)
+        mag = NAN;
+    else if (exp == 0)
+        mag = ldexp((double)mant, 1 - f.bias - f.mant_bits);
+    else
+        mag = ldexp((double)(mant | (1 << f.mant_bits)), exp - f.bias - f.mant_bits);
+    return (c & 0x80) ? -mag : mag;
+}
+
 #endif /* RP_DTYPE_H */

@@ -38,14 +38,21 @@ char *rp_format_shape(char *buf, size_t size, const rp_tensor *t);
 /* ---- the validated problem ---------------------------------------------------------------------- */
 
 /* Everything a kernel needs, after validation: sizes, base pointers and strides in elements for
- * the [token|slot, head, dim] axes. Kernels trust it completely. */
+ * the [token, head, dim] axes of q, k, v, q_rot, k_rot and the [block, row, head, dim] axes of the
+ * pools. Kernels trust it completely. */
 typedef struct rp_problem {
     int64_t num_tokens;   /* T  */
     int64_t num_qo_heads; /* Hq */
     int64_t num_kv_heads; /* Hk */
-    int64_t head_dim;     /* D  */
-    int64_t pool_size;    /* P  */
-    rp_dtype dtype;       /* of q, k, v, pools, q_rot, k_rot */
+    int64_t head_dim;     /* D: q, k, q_rot, k_rot, k_pool heads */
+    int64_t v_head_dim;   /* Dv: v and v_pool heads (D unless the call set v_head_dim) */
+    int64_t pool_size;    /* P = num_blocks * block_size: the slots each pool holds */
+    int64_t num_blocks;   /* pool dimension 0 (P for flat pools) */
+    int64_t block_size;   /* rows per block: 1 for flat pools */
+    int32_t block_shift;  /* log2(block_size) when it is a power of two (0 for flat), else -1 */
+    int32_t kv_layout;    /* rp_kv_layout, for messages; kernels use the strides below */
+    rp_dtype dtype;       /* of q, k, v, q_rot, k_rot */
+    rp_dtype pool_dtype;  /* storage format of both pools: dtype, RP_F8_E4M3 or RP_F8_E5M2 */
     rp_dtype pos_dtype;   /* RP_I32 | RP_I64 */
     rp_dtype slot_dtype;  /* RP_I32 | RP_I64 */
 
@@ -54,10 +61,19 @@ typedef struct rp_problem {
 
     int64_t q_stride[3], k_stride[3], v_stride[3];
     int64_t q_rot_stride[3], k_rot_stride[3];
-    int64_t k_pool_stride[3], v_pool_stride[3];
+    /* Pools, whatever their layout: [block, row in block, head, dim]. Flat pools [P, Hk, D] are
+     * blocks of one row ({s0, 0, s1, s2}); NHD and HND are the same four strides permuted. */
+    int64_t k_pool_stride[4], v_pool_stride[4];
     int64_t pos_stride, slot_stride;
 
-    /* 1 when head_dim has stride 1 in all seven [., ., D] tensors: the fast kernels need it. */
+    /* fp8 pools: stored code = fp8(x / scale). rp_validate sets k_scale/v_scale from the call's
+     * doubles (0 read as 1) and copies the pointers; the CPU entry point then replaces the scale
+     * by *scale_ptr (host memory) after checking it, so CPU kernels read k_scale/v_scale only. The
+     * CUDA kernels read *scale_ptr themselves when it is not NULL. Both 1 for non-fp8 pools. */
+    double k_scale, v_scale;
+    const float *k_scale_ptr, *v_scale_ptr;
+
+    /* 1 when the innermost dimension has stride 1 in all seven tensors: the fast kernels need it. */
     int inner_contiguous;
 
     /* The variant. R = rotary_dim is even, 2 <= R <= D: pairs j in [0, R/2) rotate, dims R..D-1
@@ -74,6 +90,30 @@ typedef struct rp_problem {
     int caller_freq;
 } rp_problem;
 
+/* Element offset of head h of pool row `slot` (>= 0, < pool_size) in a pool with strides
+ * stride[4] ([block, row, head, dim]). Every backend and the verifier address pool rows through
+ * this one function; a power-of-two block (and the flat pool, block_shift 0) takes a shift and a
+ * mask instead of the division. */
+static inline int64_t rp_pool_offset(const rp_problem *p, const int64_t stride[4], int64_t slot,
+                                     int64_t h)
+{
+    int64_t block, row;
+    if (p->block_shift >= 0) {
+        block = slot >> p->block_shift;
+        row = slot & (((int64_t)1 << p->block_shift) - 1);
+    } else {
+        block = slot / p->block_size;
+        row = slot % p->block_size;
+    }
+    return block * stride[0] + row * stride[1] + h * stride[2];
+}
+
+/* 1 when the pools store fp8 codes (RP_F8_E4M3 / RP_F8_E5M2) rather than the inputs' dtype. */
+static inline int rp_pool_is_fp8(const rp_problem *p)
+{
+    return p->pool_dtype == RP_F8_E4M3 || p->pool_dtype == RP_F8_E5M2;
+}
+
 /* Validates args (everything but the slot values) and fills *p. CPU and CUDA share it. */
 rp_status rp_validate(const rp_rope_pool_args *args, rp_problem *p, rp_err *err);
 
@@ -83,6 +123,10 @@ rp_status rp_validate_slots(const rp_problem *p, const void *slots, rp_err *err)
 
 /* The message for an out-of-range slot, shared by the CPU check and the CUDA status report. */
 rp_status rp_fail_slot_out_of_range(rp_err *err, int64_t slot, int64_t token, int64_t pool_size);
+
+/* CPU calls: replaces p->k_scale / p->v_scale by the float32 that k_scale_ptr / v_scale_ptr point
+ * to (host memory), after checking it is positive and finite; nothing is written on failure. */
+rp_status rp_resolve_host_scales(rp_problem *p, rp_err *err);
 
 /* Reads entry t of a positions or slots array. */
 static inline int64_t rp_load_index(const void *base, rp_dtype dtype, int64_t stride, int64_t t)

@@ -36,7 +36,8 @@ rp_status rp_rope_pool_run(rp_context *ctx, const rp_rope_pool_args *args, rp_pa
             return rp_fail(&err, RP_ERR_INVALID_ARGUMENT,
                            "tensors are on cuda:%d but the context serves cuda:%d",
                            (int)args->q.device.index, (int)ctx->cuda_device);
-    } else if ((st = rp_validate_slots(&p, p.slots, &err)) != RP_OK) {
+    } else if ((st = rp_resolve_host_scales(&p, &err)) != RP_OK ||
+               (st = rp_validate_slots(&p, p.slots, &err)) != RP_OK) {
         return st;
     }
     if (p.num_tokens == 0)

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 enum { SHAPE_TEXT = 160 };
 
@@ -42,6 +43,73 @@ static int64_t numel(const rp_tensor *t)
     return n;
 }
 
+/* Where each layout keeps the head and dim axes of a pool, for the shape checks and the strides. */
+typedef struct pool_dims {
+    const char *name, *shape;
+    int block, row, head, dim; /* dimension indices; flat pools have no row dimension (-1) */
+} pool_dims;
+
+static const pool_dims layouts[3] = {
+    {"flat", "[pool_size, num_kv_heads, head_dim]", 0, -1, 1, 2},
+    {"NHD", "[num_blocks, block_size, num_kv_heads, head_dim]", 0, 1, 2, 3},
+    {"HND", "[num_blocks, num_kv_heads, block_size, head_dim]", 0, 2, 1, 3},
+};
+
+static int is_fp8(int32_t dtype)
+{
+    return dtype == RP_F8_E4M3 || dtype == RP_F8_E5M2;
+}
+
+/* The storage format both pools hold: an fp8 format, or q's dtype (the seed's rule). */
+static rp_status check_pool_format(const rp_rope_pool_args *a, rp_err *err)
+{
+    const rp_status bad = RP_ERR_INVALID_ARGUMENT;
+    const int32_t kd = a->k_pool.dtype, vd = a->v_pool.dtype, pd = a->pool_dtype;
+    const int fp8ish = is_fp8(kd) || is_fp8(vd) || kd == RP_U8 || vd == RP_U8;
+    if (pd != 0 && !is_fp8(pd) && pd != kd)
+        return rp_fail(err, bad, "pool_dtype %s (%d) is not a pool format: use RP_F8_E4M3 (14) or "
+                       "RP_F8_E5M2 (15) for uint8 pools, or 0", rp_dtype_name((rp_dtype)pd), (int)pd);
+    if (fp8ish && kd != vd)
+        return rp_fail(err, bad, "k_pool and v_pool must have one format, got %s vs %s",
+                       rp_dtype_name((rp_dtype)kd), rp_dtype_name((rp_dtype)vd));
+    if (kd == RP_U8 && pd == 0)
+        return rp_fail(err, bad, "k_pool and v_pool are uint8: set pool_dtype to RP_F8_E4M3 (14) or "
+                       "RP_F8_E5M2 (15) to name their fp8 format");
+    if (pd != 0 && kd != RP_U8 && pd != kd)
+        return rp_fail(err, bad, "pool_dtype %s does not match the pools' dtype %s: pool_dtype names the "
+                       "format of uint8 pools only", rp_dtype_name((rp_dtype)pd), rp_dtype_name((rp_dtype)kd));
+    if (!fp8ish && (kd != a->q.dtype || vd != a->q.dtype))
+        return rp_fail(err, bad, "pool dtypes must match q/k/v dtype");
+    return RP_OK;
+}
+
+static rp_dtype pool_format(const rp_rope_pool_args *a)
+{
+    return a->k_pool.dtype == RP_U8 ? (rp_dtype)a->pool_dtype : (rp_dtype)a->k_pool.dtype;
+}
+
+/* A scale argument: 0 (= 1), or positive and finite; other than 1 only with fp8 pools. */
+static rp_status check_scale(const rp_rope_pool_args *a, const char *name, double scale,
+                             const float *ptr, rp_err *err)
+{
+    const rp_status bad = RP_ERR_INVALID_ARGUMENT;
+    const rp_dtype fmt = pool_format(a);
+    if (scale != 0.0 && !(isfinite(scale) && scale > 0.0))
+        return rp_fail(err, bad, "%s must be a positive finite number (0 = 1.0), got %g", name, scale);
+    if (!is_fp8(fmt) && scale != 0.0 && scale != 1.0)
+        return rp_fail(err, bad, "%s %g needs fp8 pools: k_pool and v_pool are %s, which take no scale",
+                       name, scale, rp_dtype_name(fmt));
+    if (!is_fp8(fmt) && ptr != NULL)
+        return rp_fail(err, bad, "%s_ptr is set but k_pool and v_pool are %s, which take no scale: "
+                       "pass NULL", name, rp_dtype_name(fmt));
+    if (ptr != NULL && scale != 0.0 && scale != 1.0)
+        return rp_fail(err, bad, "%s %g and %s_ptr are both given: pass one (%s = 0 with a pointer)",
+                       name, scale, name, name);
+    if (ptr != NULL && (uintptr_t)ptr % sizeof(float) != 0)
+        return rp_fail(err, bad, "%s_ptr %p is not aligned to its 4-byte float32", name, (const void *)ptr);
+    return RP_OK;
+}
+
 /* The seed's checks, verbatim (sgl_kernel/metal.py, rope_pool_fused). */
 static rp_status check_seed(const rp_rope_pool_args *a, rp_err *err)
 {
@@ -51,8 +119,15 @@ static rp_status check_seed(const rp_rope_pool_args *a, rp_err *err)
         return rp_fail(err, bad, "rope_pool_fused expects q/k/v to be 3-D");
     if (a->positions.ndim != 1 || a->slots.ndim != 1)
         return rp_fail(err, bad, "rope_pool_fused expects positions/slots to be 1-D");
-    if (a->k_pool.ndim != 3 || a->v_pool.ndim != 3)
+    if (a->kv_layout != RP_KV_FLAT && a->kv_layout != RP_KV_NHD && a->kv_layout != RP_KV_HND)
+        return rp_fail(err, bad, "kv_layout %d is unknown: use RP_KV_FLAT (0), RP_KV_NHD (1) or RP_KV_HND (2)",
+                       (int)a->kv_layout);
+    if (a->kv_layout == RP_KV_FLAT && (a->k_pool.ndim != 3 || a->v_pool.ndim != 3))
         return rp_fail(err, bad, "rope_pool_fused expects pool tensors to be 3-D");
+    if (a->kv_layout != RP_KV_FLAT && (a->k_pool.ndim != 4 || a->v_pool.ndim != 4))
+        return rp_fail(err, bad, "kv_layout %s expects 4-D pools %s, got k_pool %s and v_pool %s",
+                       layouts[a->kv_layout].name, layouts[a->kv_layout].shape,
+                       rp_format_shape(s1, sizeof s1, &a->k_pool), rp_format_shape(s2, sizeof s2, &a->v_pool));
     const int64_t T = a->q.shape[0];
     if (!shape_is(&a->q, T, a->num_qo_heads, a->head_dim))
         return rp_fail(err, bad, "q shape must be [num_tokens, num_qo_heads, head_dim], got %s",
@@ -60,23 +135,45 @@ static rp_status check_seed(const rp_rope_pool_args *a, rp_err *err)
     if (!shape_is(&a->k, T, a->num_kv_heads, a->head_dim))
         return rp_fail(err, bad, "k shape must be [num_tokens, num_kv_heads, head_dim], got %s",
                        rp_format_shape(s1, sizeof s1, &a->k));
-    if (!same_shape(&a->v, &a->k))
+    if (a->v_head_dim == 0 && !same_shape(&a->v, &a->k))
         return rp_fail(err, bad, "v shape must match k shape, got %s vs %s",
                        rp_format_shape(s1, sizeof s1, &a->v), rp_format_shape(s2, sizeof s2, &a->k));
+    if (a->v_head_dim < 0)
+        return rp_fail(err, bad, "v_head_dim must be positive (0 = head_dim), got %lld",
+                       (long long)a->v_head_dim);
+    if (a->v_head_dim > 0 && !shape_is(&a->v, T, a->num_kv_heads, a->v_head_dim))
+        return rp_fail(err, bad, "v shape must be [num_tokens, num_kv_heads, v_head_dim] = (%lld, %lld, %lld), got %s",
+                       (long long)T, (long long)a->num_kv_heads, (long long)a->v_head_dim,
+                       rp_format_shape(s1, sizeof s1, &a->v));
     if (a->positions.shape[0] != T || a->slots.shape[0] != T)
         return rp_fail(err, bad, "positions/slots must have one entry per token");
-    if (a->k_pool.shape[1] != a->num_kv_heads || a->k_pool.shape[2] != a->head_dim)
-        return rp_fail(err, bad, "k_pool has incompatible shape %s",
-                       rp_format_shape(s1, sizeof s1, &a->k_pool));
-    if (!same_shape(&a->v_pool, &a->k_pool))
+    const pool_dims L = layouts[a->kv_layout];
+    if (a->k_pool.shape[L.head] != a->num_kv_heads || a->k_pool.shape[L.dim] != a->head_dim) {
+        if (a->kv_layout == RP_KV_FLAT)
+            return rp_fail(err, bad, "k_pool has incompatible shape %s",
+                           rp_format_shape(s1, sizeof s1, &a->k_pool));
+        return rp_fail(err, bad, "k_pool has incompatible shape %s for kv_layout %s %s: num_kv_heads %lld "
+                       "and head_dim %lld must be dimensions %d and %d",
+                       rp_format_shape(s1, sizeof s1, &a->k_pool), L.name, L.shape,
+                       (long long)a->num_kv_heads, (long long)a->head_dim, L.head, L.dim);
+    }
+    if (a->v_head_dim == 0 && !same_shape(&a->v_pool, &a->k_pool))
         return rp_fail(err, bad, "v_pool shape must match k_pool shape, got %s vs %s",
                        rp_format_shape(s1, sizeof s1, &a->v_pool),
                        rp_format_shape(s2, sizeof s2, &a->k_pool));
+    if (a->v_head_dim > 0) {
+        int match = a->v_pool.shape[L.dim] == a->v_head_dim;
+        for (int d = 0; d < a->k_pool.ndim; d++)
+            match &= d == L.dim || a->v_pool.shape[d] == a->k_pool.shape[d];
+        if (!match)
+            return rp_fail(err, bad, "v_pool shape must be k_pool's with v_head_dim %lld as dimension %d, "
+                           "got %s vs %s", (long long)a->v_head_dim, L.dim,
+                           rp_format_shape(s1, sizeof s1, &a->v_pool),
+                           rp_format_shape(s2, sizeof s2, &a->k_pool));
+    }
     if (a->q.dtype != a->k.dtype || a->q.dtype != a->v.dtype)
         return rp_fail(err, bad, "q/k/v dtypes must match");
-    if (a->k_pool.dtype != a->q.dtype || a->v_pool.dtype != a->q.dtype)
-        return rp_fail(err, bad, "pool dtypes must match q/k/v dtype");
-    return RP_OK;
+    return check_pool_format(a, err);
 }
 
 /* The RoPE variant: style, rotary_dim, the caller's frequencies (every entry is read: a NaN in
@@ -137,15 +234,9 @@ static rp_status check_scalars(const rp_rope_pool_args *a, rp_err *err)
 
     if ((st = check_variant(a, err)) != RP_OK)
         return st;
-    if (a->kv_layout != RP_KV_FLAT)
-        return rp_fail(err, RP_ERR_UNSUPPORTED, "kv_layout %d is not supported yet: only RP_KV_FLAT (0)",
-                       (int)a->kv_layout);
-    if (a->v_head_dim != 0 && a->v_head_dim != a->head_dim)
-        return rp_fail(err, RP_ERR_UNSUPPORTED, "v_head_dim %lld is not supported yet: only 0 or head_dim",
-                       (long long)a->v_head_dim);
-    if (a->pool_dtype != 0 || a->k_scale_ptr != NULL || a->v_scale_ptr != NULL ||
-        (a->k_scale != 0.0 && a->k_scale != 1.0) || (a->v_scale != 0.0 && a->v_scale != 1.0))
-        return rp_fail(err, RP_ERR_UNSUPPORTED, "fp8 pools (pool_dtype, k_scale, v_scale) are not supported yet");
+    if ((st = check_scale(a, "k_scale", a->k_scale, a->k_scale_ptr, err)) != RP_OK ||
+        (st = check_scale(a, "v_scale", a->v_scale, a->v_scale_ptr, err)) != RP_OK)
+        return st;
     if (a->num_threads < 0)
         return rp_fail(err, bad, "num_threads must be >= 0 (0 = the context's), got %d", (int)a->num_threads);
     if (a->flags & ~(uint32_t)RP_CHECK_SLOTS)
@@ -246,11 +337,13 @@ static rp_status check_memory(const rp_rope_pool_args *a, rp_err *err)
         const rp_tensor *t = outputs[o].t;
         if (t->flags & RP_TENSOR_READ_ONLY)
             return rp_fail(err, bad, "%s is read-only, but the call writes it", outputs[o].name);
-        if (rp_tensor_self_overlaps(t))
-            return rp_fail(err, RP_ERR_OVERLAP,
-                           "%s has overlapping elements (strides (%lld, %lld, %lld) for shape %s)",
-                           outputs[o].name, (long long)t->strides[0], (long long)t->strides[1],
-                           (long long)t->strides[2], rp_format_shape(s1, sizeof s1, t));
+        if (rp_tensor_self_overlaps(t)) {
+            rp_tensor strides = *t; /* printed as a tuple, like the shape */
+            memcpy(strides.shape, t->strides, sizeof strides.shape);
+            return rp_fail(err, RP_ERR_OVERLAP, "%s has overlapping elements (strides %s for shape %s)",
+                           outputs[o].name, rp_format_shape(s2, sizeof s2, &strides),
+                           rp_format_shape(s1, sizeof s1, t));
+        }
     }
     for (int o = 0; o < 4; o++) {
         const rp_tensor *out = outputs[o].t;
@@ -287,6 +380,15 @@ static void copy3(int64_t dst[3], const rp_tensor *t)
     dst[2] = t->strides[2];
 }
 
+/* A pool's strides as [block, row, head, dim]; flat pools are blocks of one row. */
+static void pool_strides(int64_t dst[4], const rp_tensor *t, pool_dims L)
+{
+    dst[0] = t->strides[L.block];
+    dst[1] = L.row < 0 ? 0 : t->strides[L.row];
+    dst[2] = t->strides[L.head];
+    dst[3] = t->strides[L.dim];
+}
+
 rp_status rp_validate(const rp_rope_pool_args *a, rp_problem *p, rp_err *err)
 {
     rp_status st;
@@ -296,12 +398,26 @@ rp_status rp_validate(const rp_rope_pool_args *a, rp_problem *p, rp_err *err)
         (st = check_memory(a, err)) != RP_OK)
         return st;
 
+    const pool_dims L = layouts[a->kv_layout];
     p->num_tokens = a->q.shape[0];
     p->num_qo_heads = a->num_qo_heads;
     p->num_kv_heads = a->num_kv_heads;
     p->head_dim = a->head_dim;
-    p->pool_size = a->k_pool.shape[0];
+    p->v_head_dim = a->v_head_dim ? a->v_head_dim : a->head_dim;
+    p->block_size = L.row < 0 ? 1 : a->k_pool.shape[L.row];
+    p->num_blocks = a->k_pool.shape[0];
+    p->pool_size = p->num_blocks * p->block_size; /* bounded: the pools passed the extent check */
+    p->block_shift = -1;
+    for (int b = 0; b < 63 && p->block_shift < 0; b++)
+        if (p->block_size == (int64_t)1 << b)
+            p->block_shift = b;
+    p->kv_layout = a->kv_layout;
     p->dtype = (rp_dtype)a->q.dtype;
+    p->pool_dtype = pool_format(a);
+    p->k_scale = a->k_scale != 0.0 ? a->k_scale : 1.0;
+    p->v_scale = a->v_scale != 0.0 ? a->v_scale : 1.0;
+    p->k_scale_ptr = a->k_scale_ptr;
+    p->v_scale_ptr = a->v_scale_ptr;
     p->pos_dtype = (rp_dtype)a->positions.dtype;
     p->slot_dtype = (rp_dtype)a->slots.dtype;
     p->q = a->q.data;
@@ -318,14 +434,13 @@ rp_status rp_validate(const rp_rope_pool_args *a, rp_problem *p, rp_err *err)
     copy3(p->v_stride, &a->v);
     copy3(p->q_rot_stride, &a->q_rot);
     copy3(p->k_rot_stride, &a->k_rot);
-    copy3(p->k_pool_stride, &a->k_pool);
-    copy3(p->v_pool_stride, &a->v_pool);
+    pool_strides(p->k_pool_stride, &a->k_pool, L);
+    pool_strides(p->v_pool_stride, &a->v_pool, L);
     p->pos_stride = a->positions.strides[0];
     p->slot_stride = a->slots.strides[0];
-    const int64_t *inner[7] = {p->q_stride, p->k_stride, p->v_stride, p->q_rot_stride,
-                               p->k_rot_stride, p->k_pool_stride, p->v_pool_stride};
-    p->inner_contiguous = 1;
-    for (int i = 0; i < 7; i++)
+    const int64_t *inner[5] = {p->q_stride, p->k_stride, p->v_stride, p->q_rot_stride, p->k_rot_stride};
+    p->inner_contiguous = p->k_pool_stride[3] == 1 && p->v_pool_stride[3] == 1;
+    for (int i = 0; i < 5; i++)
         p->inner_contiguous &= inner[i][2] == 1;
     p->rotary_dim = a->rotary_dim ? a->rotary_dim : a->head_dim;
     p->style = (rp_rope_style)a->style;
@@ -370,7 +485,14 @@ rp_status rp_validate_slots(const rp_problem *p, const void *slots, rp_err *err)
         if (slot < 0)
             continue;
         if (slot >= p->pool_size) {
-            st = rp_fail_slot_out_of_range(err, slot, t, p->pool_size);
+            if (p->kv_layout == RP_KV_FLAT)
+                st = rp_fail_slot_out_of_range(err, slot, t, p->pool_size);
+            else
+                st = rp_fail(err, RP_ERR_SLOT_OUT_OF_RANGE,
+                             "slot %lld of token %lld is out of range for a paged pool of %lld blocks x "
+                             "block_size %lld = %lld slots (valid: 0 <= slot < %lld; negative skips the write)",
+                             (long long)slot, (long long)t, (long long)p->num_blocks,
+                             (long long)p->block_size, (long long)p->pool_size, (long long)p->pool_size);
             break;
         }
         size_t h = (size_t)(((uint64_t)slot * 0x9e3779b97f4a7c15ull) >> 17) & (cap - 1);
@@ -386,4 +508,23 @@ rp_status rp_validate_slots(const rp_problem *p, const void *slots, rp_err *err)
     if (set != stack)
         free(set);
     return st;
+}
+
+/* One scale pointer: the float32 it points to must be a usable scale. */
+static rp_status read_host_scale(const char *name, const float *ptr, double *scale, rp_err *err)
+{
+    if (ptr == NULL)
+        return RP_OK;
+    const float value = *ptr;
+    if (!(isfinite(value) && value > 0.0f))
+        return rp_fail(err, RP_ERR_INVALID_ARGUMENT,
+                       "%s_ptr points to %g: the scale must be a positive finite number", name, (double)value);
+    *scale = value;
+    return RP_OK;
+}
+
+rp_status rp_resolve_host_scales(rp_problem *p, rp_err *err)
+{
+    rp_status st = read_host_scale("k_scale", p->k_scale_ptr, &p->k_scale, err);
+    return st != RP_OK ? st : read_host_scale("v_scale", p->v_scale_ptr, &p->v_scale, err);
 }

@@ -39,7 +39,7 @@ static rp_tensor random_view(int ndim, const int64_t *shape, rp_dtype dtype)
     t.dtype = dtype;
     for (int i = 0; i < ndim; i++)
         t.shape[i] = shape[i];
-    int order[3] = {0, 1, 2};
+    int order[4] = {0, 1, 2, 3};
     if (ndim == 3 && chance(15)) { /* swap the two outer axes in memory */
         order[0] = 1;
         order[1] = 0;
@@ -80,6 +80,17 @@ static void mark_row(const rp_tensor *t, int64_t a, int64_t b, int64_t D)
     }
 }
 
+/* Marks the bytes of pool row `slot`, head h, dims [0, n) of a pool in layout kv_layout. */
+static void mark_pool_row(const rp_tensor *t, int32_t kv_layout, int64_t slot, int64_t h, int64_t n)
+{
+    const size_t elem = rp_dtype_size((rp_dtype)t->dtype);
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t pos = (int64_t)((unsigned char *)test_pool_element(t, kv_layout, slot, h, i) - arena);
+        if (pos >= 0 && pos + (int64_t)elem <= ARENA)
+            memset(writable + pos, 1, elem);
+    }
+}
+
 static int64_t load_index(const rp_tensor *t, int64_t i)
 {
     return rp_load_index(t->data, (rp_dtype)t->dtype, t->strides[0], i);
@@ -91,16 +102,47 @@ static void fuzz_one(int call, int *ok_calls)
 {
     const rp_dtype dtypes[] = {RP_F32, RP_F16, RP_BF16};
     const rp_dtype dt = chance(3) ? RP_F64 : dtypes[pick(0, 2)];
-    const int64_t T = pick(0, 12), Hq = pick(1, 5), Hk = pick(1, 3), D = 2 * pick(1, 24), P = pick(0, 24);
+    const int64_t T = pick(0, 12), Hq = pick(1, 5), Hk = pick(1, 3), D = 2 * pick(1, 24);
+    /* How the pools are laid out and stored: mostly flat pools of q's dtype; paged ones (any
+     * block size), a wider or narrower v (v_head_dim), fp8 pools (typed or uint8) with scales;
+     * sometimes an unknown layout, a wrong rank, a missing or mismatched format, a bad scale. */
+    const int32_t layout = chance(60) ? RP_KV_FLAT : chance(3) ? (int32_t)pick(3, 4) : (int32_t)pick(1, 2);
+    const int64_t bs = pick(1, 5), blocks = pick(0, 6);
+    const int paged = layout == RP_KV_NHD || layout == RP_KV_HND, four_d = paged != chance(3);
+    const int64_t P = paged ? blocks * bs : pick(0, 24), Dv = chance(25) ? pick(1, 40) : D;
     rp_rope_pool_args a = {0};
-    const int64_t qs[3] = {T, Hq, D}, ks[3] = {T, Hk, D}, ps[3] = {P, Hk, D}, ts[1] = {T};
+    const int64_t qs[3] = {T, Hq, D}, ks[3] = {T, Hk, D}, vs[3] = {T, Hk, Dv}, ts[1] = {T};
+    int64_t kps[4] = {P, Hk, D}, vps[4] = {P, Hk, Dv};
+    if (four_d) {
+        const int64_t nhd[4] = {blocks, bs, Hk, D}, hnd[4] = {blocks, Hk, bs, D};
+        for (int d = 0; d < 4; d++)
+            kps[d] = vps[d] = layout == RP_KV_HND ? hnd[d] : nhd[d];
+        vps[3] = Dv;
+    }
+    static const rp_dtype fp8s[2] = {RP_F8_E4M3, RP_F8_E5M2};
+    const rp_dtype fmt = fp8s[pick(0, 1)];
+    const rp_dtype pool_dt = chance(60) ? dt : chance(50) ? fmt : RP_U8;
     a.q = random_view(3, qs, dt);
     a.k = random_view(3, ks, dt);
-    a.v = random_view(3, ks, dt);
+    a.v = random_view(3, vs, dt);
     a.q_rot = chance(20) ? a.q : random_view(3, qs, dt);
     a.k_rot = chance(20) ? a.k : random_view(3, ks, dt);
-    a.k_pool = random_view(3, ps, dt);
-    a.v_pool = random_view(3, ps, dt);
+    a.k_pool = random_view(four_d ? 4 : 3, kps, pool_dt);
+    a.v_pool = random_view(four_d ? 4 : 3, vps, chance(3) ? fp8s[pick(0, 1)] : pool_dt);
+    a.kv_layout = layout;
+    a.v_head_dim = Dv != D ? (chance(5) ? Dv + 1 : Dv) : chance(10) ? D : 0;
+    a.pool_dtype = pool_dt == RP_U8 ? (chance(90) ? fmt : 0) : chance(3) ? fmt : 0;
+    static float scale_cells[2];
+    if (pool_dt != dt || chance(3)) {
+        a.k_scale = chance(40) ? 0.0 : chance(5) ? -1.0 : rng_uniform(&rng, 0.05, 4.0);
+        a.v_scale = chance(40) ? 0.0 : chance(5) ? NAN : rng_uniform(&rng, 0.05, 4.0);
+        for (int i = 0; i < 2; i++)
+            scale_cells[i] = chance(5) ? 0.0f : (float)rng_uniform(&rng, 0.05, 4.0);
+        if (chance(20))
+            a.k_scale_ptr = &scale_cells[0];
+        if (chance(20))
+            a.v_scale_ptr = &scale_cells[1];
+    }
     a.positions = random_view(1, ts, chance(50) ? RP_I32 : RP_I64);
     a.slots = random_view(1, ts, chance(2) ? RP_F32 : chance(50) ? RP_I32 : RP_I64);
     a.head_dim = chance(3) ? D + 1 : D;
@@ -173,8 +215,8 @@ static void fuzz_one(int call, int *ok_calls)
         const int64_t slot = rp_load_index((const unsigned char *)a.slots.data - arena + before,
                                            (rp_dtype)a.slots.dtype, a.slots.strides[0], t);
         for (int64_t h = 0; slot >= 0 && h < Hk; h++) {
-            mark_row(&a.k_pool, slot, h, D);
-            mark_row(&a.v_pool, slot, h, D);
+            mark_pool_row(&a.k_pool, a.kv_layout, slot, h, D);
+            mark_pool_row(&a.v_pool, a.kv_layout, slot, h, Dv);
         }
     }
     for (int64_t i = 0; i < ARENA; i++)
@@ -186,7 +228,8 @@ static void fuzz_one(int call, int *ok_calls)
     /* ... and they meet the bound against the inputs as they were. */
     rp_problem p;
     rp_err err = {NULL, 0};
-    CHECK(rp_validate(&a, &p, &err) == RP_OK, "call %d: success but args do not validate", call);
+    CHECK(rp_validate(&a, &p, &err) == RP_OK && rp_resolve_host_scales(&p, &err) == RP_OK,
+          "call %d: success but args do not validate", call);
     const ptrdiff_t shift = before - arena;
     p.q = (const char *)p.q + shift;
     p.k = (const char *)p.k + shift;

@@ -6,6 +6,7 @@
 #define RP_TEST_UTIL_H
 
 #include "ropepool.h"
+#include "dtype.h" /* exact decoding of f16/bf16/fp8 inputs and codes */
 
 #include <math.h>
 #include <stdint.h>
@@ -74,6 +75,35 @@ static inline void test_store(void *buf, rp_dtype dtype, int64_t i, double value
     case RP_I64: ((int64_t *)buf)[i] = (int64_t)value; break;
     default: break;
     }
+}
+
+/* Element i of a buffer of dtype, exactly (inputs, positions, slots). */
+static inline double test_load(const void *buf, rp_dtype dtype, int64_t i)
+{
+    switch (dtype) {
+    case RP_F32: return ((const float *)buf)[i];
+    case RP_F16: return rp_f16_bits_to_double(((const uint16_t *)buf)[i]);
+    case RP_BF16: return rp_bf16_bits_to_float(((const uint16_t *)buf)[i]);
+    case RP_I32: return ((const int32_t *)buf)[i];
+    case RP_I64: return (double)((const int64_t *)buf)[i];
+    default: return NAN;
+    }
+}
+
+/* Address of element (slot, head h, dim i) of a pool tensor in layout kv_layout, written out from
+ * the header's definitions (not the library's address helper). */
+static inline char *test_pool_element(const rp_tensor *t, int32_t kv_layout, int64_t slot, int64_t h, int64_t i)
+{
+    int64_t offset;
+    if (kv_layout == RP_KV_FLAT) {
+        offset = slot * t->strides[0] + h * t->strides[1] + i * t->strides[2];
+    } else {
+        const int64_t bs = kv_layout == RP_KV_NHD ? t->shape[1] : t->shape[2];
+        const int64_t row_dim = kv_layout == RP_KV_NHD ? 1 : 2, head_dim = kv_layout == RP_KV_NHD ? 2 : 1;
+        offset = (slot / bs) * t->strides[0] + (slot % bs) * t->strides[row_dim] + h * t->strides[head_dim] +
+                 i * t->strides[3];
+    }
+    return (char *)t->data + offset * (int64_t)rp_dtype_size((rp_dtype)t->dtype);
 }
 
 /* Truncating conversions are fine for generating inputs: the inputs are whatever they are. */

@@ -16,7 +16,8 @@ static inline void verify_outputs(const rp_rope_pool_args *in, const rp_rope_poo
 {
     rp_problem p;
     rp_err err = {NULL, 0};
-    CHECK(rp_validate(out, &p, &err) == RP_OK, "%s: outputs do not validate", what);
+    CHECK(rp_validate(out, &p, &err) == RP_OK && rp_resolve_host_scales(&p, &err) == RP_OK,
+          "%s: outputs do not validate", what);
     p.q = in->q.data;
     p.k = in->k.data;
     p.v = in->v.data;

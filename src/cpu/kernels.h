@@ -19,12 +19,16 @@ void rp_cpu_fill_avx512(rp_cpu_kernels *table);
  * dispatch.c checks before it fills the table; the tests use it to pick the levels to run). */
 int rp_cpu_level_supported(const char *level);
 
-/* Bytes a whole call moves through memory: q and q_rot; k, k_rot and k_pool; v and v_pool. The
- * threading and streaming-store thresholds are stated in these bytes. */
+/* Bytes a whole call moves through memory: q and q_rot; k, k_rot and k_pool; v and v_pool, with
+ * the pools' element size (fp8: 1) and v's head width. The threading and streaming-store
+ * thresholds are stated in these bytes. */
 static inline int64_t rp_cpu_bytes_moved(const rp_problem *p)
 {
-    const int64_t row_bytes = p->head_dim * (int64_t)rp_dtype_size(p->dtype);
-    return p->num_tokens * row_bytes * (2 * p->num_qo_heads + 5 * p->num_kv_heads);
+    const int64_t elem = (int64_t)rp_dtype_size(p->dtype), pool_elem = (int64_t)rp_dtype_size(p->pool_dtype);
+    const int64_t per_token = p->head_dim * (elem * (2 * p->num_qo_heads + 2 * p->num_kv_heads) +
+                                             pool_elem * p->num_kv_heads) +
+                              p->v_head_dim * p->num_kv_heads * (elem + pool_elem);
+    return p->num_tokens * per_token;
 }
 
 /* Calls that move at least this many bytes (rp_cpu_bytes_moved) write q_rot and k_rot with

@@ -107,10 +107,39 @@ static RP_ALWAYS_INLINE void store8(rp_dtype dt, int stream, char *p, __m256 v)
         _mm_storeu_si128((__m128i *)p, h);
 }
 
-/* 8 pairs: x from xs, y from ys; results to xd/yd and, unless xp is NULL, xp/yp. */
-static RP_ALWAYS_INLINE void rotate8(rp_dtype dt, int stream_dst, int stream_pool, const char *xs,
-                                     const char *ys, char *xd,
-                                     char *yd, char *xp, char *yp, const float *cs, const float *sn)
+/* The fp8 conversion of the AVX-512 kernel (fp8_convert16 there) on 8 lanes, returned in the low
+ * 8 bytes. */
+static RP_ALWAYS_INLINE __m128i fp8_convert8(rp_dtype fmt, __m256 v)
+{
+    const int e5m2 = fmt == RP_F8_E5M2, mant = e5m2 ? 2 : 3, shift = 23 - mant, bias = e5m2 ? 15 : 7;
+    const __m256i u = _mm256_castps_si256(v), a = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(a, shift), _mm256_set1_epi32(1));
+    const __m256i rounded = _mm256_add_epi32(_mm256_add_epi32(a, _mm256_set1_epi32((1 << (shift - 1)) - 1)), lsb);
+    __m256i code = _mm256_sub_epi32(_mm256_srli_epi32(rounded, shift), _mm256_set1_epi32((127 - bias) << mant));
+    const __m256 magic = _mm256_set1_ps(e5m2 ? 0x1p7f : 0x1p14f);
+    const __m256i sub = _mm256_sub_epi32(_mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(a), magic)),
+                                         _mm256_castps_si256(magic));
+    const int min_normal = (127 + 1 - bias) << 23, max_bits = e5m2 ? 0x47600000 : 0x43e00000;
+    code = _mm256_blendv_epi8(code, sub, _mm256_cmpgt_epi32(_mm256_set1_epi32(min_normal), a));
+    code = _mm256_blendv_epi8(code, _mm256_set1_epi32(e5m2 ? 0x7b : 0x7e),
+                              _mm256_cmpgt_epi32(a, _mm256_set1_epi32(max_bits - 1)));
+    code = _mm256_blendv_epi8(code, _mm256_set1_epi32(e5m2 ? 0x7e : 0x7f),
+                              _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000)));
+    code = _mm256_or_si256(code, _mm256_srli_epi32(_mm256_andnot_si256(a, u), 24));
+    const __m256i bytes = _mm256_packus_epi16(_mm256_packus_epi32(code, code), _mm256_setzero_si256());
+    return _mm_unpacklo_epi32(_mm256_castsi256_si128(bytes), _mm256_extracti128_si256(bytes, 1));
+}
+
+/* 8 values times inv_scale as fp8 codes at p (8 bytes). */
+static RP_ALWAYS_INLINE void store8_fp8(rp_dtype fmt, char *p, __m256 v, __m256 inv_scale)
+{
+    _mm_storel_epi64((__m128i *)p, fp8_convert8(fmt, _mm256_mul_ps(v, inv_scale)));
+}
+
+/* 8 pairs: x from xs, y from ys; results to xd/yd and, unless xp is NULL, xp/yp (format pool_dt). */
+static RP_ALWAYS_INLINE void rotate8(rp_dtype dt, rp_dtype pool_dt, int stream_dst, int stream_pool,
+                                     const char *xs, const char *ys, char *xd, char *yd, char *xp, char *yp,
+                                     const float *cs, const float *sn, __m256 inv_scale)
 {
     const __m256 x = load8(dt, xs), y = load8(dt, ys);
     const __m256 c = _mm256_loadu_ps(cs), s = _mm256_loadu_ps(sn);
@@ -118,77 +147,94 @@ static RP_ALWAYS_INLINE void rotate8(rp_dtype dt, int stream_dst, int stream_poo
     const __m256 out_y = _mm256_fmadd_ps(y, c, _mm256_mul_ps(x, s));
     store8(dt, stream_dst, xd, out_x);
     store8(dt, stream_dst, yd, out_y);
-    if (xp) {
+    if (xp && pool_dt == dt) {
         store8(dt, stream_pool, xp, out_x);
         store8(dt, stream_pool, yp, out_y);
+    } else if (xp) {
+        store8_fp8(pool_dt, xp, out_x, inv_scale);
+        store8_fp8(pool_dt, yp, out_y, inv_scale);
     }
 }
 
-static RP_ALWAYS_INLINE void simd_rotate(rp_dtype dt, int stream_dst, int stream_pool,
+static RP_ALWAYS_INLINE void simd_rotate(rp_dtype dt, rp_dtype pool_dt, int stream_dst, int stream_pool,
                                          const char *src, char *dst, char *pool, int64_t half,
-                                         int64_t n, const float *cs, const float *sn)
+                                         int64_t n, const float *cs, const float *sn, float inv_scale)
 {
-    const int64_t elem = dt == RP_F32 ? 4 : 2, hb = half * elem;
+    const int64_t elem = dt == RP_F32 ? 4 : 2, hb = half * elem, pool_elem = pool_dt == dt ? elem : 1;
+    const __m256 scale = _mm256_set1_ps(inv_scale);
     int64_t j = 0;
     for (; j + 8 <= n; j += 8) {
-        const int64_t at = j * elem;
-        rotate8(dt, stream_dst, stream_pool, src + at, src + at + hb, dst + at, dst + at + hb,
-                pool ? pool + at : NULL, pool ? pool + at + hb : NULL, cs + j, sn + j);
+        const int64_t at = j * elem, pool_at = j * pool_elem;
+        rotate8(dt, pool_dt, stream_dst, stream_pool, src + at, src + at + hb, dst + at, dst + at + hb,
+                pool ? pool + pool_at : NULL, pool ? pool + pool_at + half * pool_elem : NULL, cs + j, sn + j,
+                scale);
     }
     if (j == n)
         return;
     /* The last n - j < 8 pairs: one vector step on zero-padded copies (streaming needs whole
      * lines, so it never reaches here). */
     const size_t at = (size_t)(j * elem), bytes = (size_t)((n - j) * elem);
-    char in[2][32] = {{0}}, out[2][32];
+    char in[2][32] = {{0}}, out[2][32], codes[2][8];
     float c[8] = {0}, s[8] = {0};
     memcpy(in[0], src + at, bytes);
     memcpy(in[1], src + at + hb, bytes);
     memcpy(c, cs + j, (size_t)(n - j) * sizeof(float));
     memcpy(s, sn + j, (size_t)(n - j) * sizeof(float));
-    rotate8(dt, 0, 0, in[0], in[1], out[0], out[1], NULL, NULL, c, s);
+    const int fp8 = pool && pool_dt != dt;
+    rotate8(dt, pool_dt, 0, 0, in[0], in[1], out[0], out[1], fp8 ? codes[0] : NULL, codes[1], c, s, scale);
     memcpy(dst + at, out[0], bytes);
     memcpy(dst + at + hb, out[1], bytes);
-    if (pool) {
+    if (pool && pool_dt == dt) {
         memcpy(pool + at, out[0], bytes);
         memcpy(pool + at + hb, out[1], bytes);
+    } else if (fp8) {
+        memcpy(pool + j, codes[0], (size_t)(n - j));
+        memcpy(pool + j + half, codes[1], (size_t)(n - j));
     }
 }
 
 /* GPT-J: 8 elements (4 neighbouring pairs) from xs to xd and, unless xp is NULL, xp. vpermilps
  * swaps the two floats of each pair within its 128-bit lane. */
-static RP_ALWAYS_INLINE void rotate_pairs8(rp_dtype dt, int stream_dst, int stream_pool, const char *xs,
-                                           char *xd, char *xp, const float *cd, const float *sd)
+static RP_ALWAYS_INLINE void rotate_pairs8(rp_dtype dt, rp_dtype pool_dt, int stream_dst, int stream_pool,
+                                           const char *xs, char *xd, char *xp, const float *cd, const float *sd,
+                                           __m256 inv_scale)
 {
     const __m256 x = load8(dt, xs);
     const __m256 out = _mm256_fmadd_ps(x, _mm256_loadu_ps(cd),
                                        _mm256_mul_ps(_mm256_permute_ps(x, 0xb1), _mm256_loadu_ps(sd)));
     store8(dt, stream_dst, xd, out);
-    if (xp)
+    if (xp && pool_dt == dt)
         store8(dt, stream_pool, xp, out);
+    else if (xp)
+        store8_fp8(pool_dt, xp, out, inv_scale);
 }
 
-static RP_ALWAYS_INLINE void simd_rotate_interleaved(rp_dtype dt, int stream_dst, int stream_pool,
-                                                     const char *src, char *dst, char *pool,
-                                                     int64_t n, const float *cd, const float *sd)
+static RP_ALWAYS_INLINE void simd_rotate_interleaved(rp_dtype dt, rp_dtype pool_dt, int stream_dst,
+                                                     int stream_pool, const char *src, char *dst, char *pool,
+                                                     int64_t n, const float *cd, const float *sd,
+                                                     float inv_scale)
 {
-    const int64_t elem = dt == RP_F32 ? 4 : 2;
+    const int64_t elem = dt == RP_F32 ? 4 : 2, pool_elem = pool_dt == dt ? elem : 1;
+    const __m256 scale = _mm256_set1_ps(inv_scale);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        rotate_pairs8(dt, stream_dst, stream_pool, src + i * elem, dst + i * elem,
-                      pool ? pool + i * elem : NULL, cd + i, sd + i);
+        rotate_pairs8(dt, pool_dt, stream_dst, stream_pool, src + i * elem, dst + i * elem,
+                      pool ? pool + i * pool_elem : NULL, cd + i, sd + i, scale);
     if (i == n)
         return;
     /* The last n - i < 8 elements (whole pairs): one vector step on zero-padded copies. */
     const size_t at = (size_t)(i * elem), bytes = (size_t)((n - i) * elem);
-    char in[32] = {0}, out[32];
+    char in[32] = {0}, out[32], codes[8];
     float c[8] = {0}, s[8] = {0};
     memcpy(in, src + at, bytes);
     memcpy(c, cd + i, (size_t)(n - i) * sizeof(float));
     memcpy(s, sd + i, (size_t)(n - i) * sizeof(float));
-    rotate_pairs8(dt, 0, 0, in, out, NULL, c, s);
+    const int fp8 = pool && pool_dt != dt;
+    rotate_pairs8(dt, pool_dt, 0, 0, in, out, fp8 ? codes : NULL, c, s, scale);
     memcpy(dst + at, out, bytes);
-    if (pool)
+    if (fp8)
+        memcpy(pool + i, codes, (size_t)(n - i));
+    else if (pool)
         memcpy(pool + at, out, bytes);
 }
 
@@ -206,6 +252,22 @@ static RP_ALWAYS_INLINE void simd_copy(int stream, char *dst, const char *src, i
     }
     if (i < bytes)
         memcpy(dst + i, src + i, (size_t)(bytes - i));
+}
+
+static RP_ALWAYS_INLINE void simd_to_fp8(rp_dtype dt, rp_dtype pool_dt, uint8_t *dst, const char *src,
+                                         int64_t n, float inv_scale)
+{
+    const int64_t elem = dt == RP_F32 ? 4 : 2;
+    const __m256 scale = _mm256_set1_ps(inv_scale);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        store8_fp8(pool_dt, (char *)dst + j, load8(dt, src + j * elem), scale);
+    if (j < n) { /* the last n - j < 8 elements through a zero-padded copy */
+        char in[32] = {0}, codes[8];
+        memcpy(in, src + j * elem, (size_t)((n - j) * elem));
+        store8_fp8(pool_dt, codes, load8(dt, in), scale);
+        memcpy(dst + j, codes, (size_t)(n - j));
+    }
 }
 
 static inline void simd_stream_fence(void)

@@ -143,15 +143,59 @@ static RP_ALWAYS_INLINE void store_line(rp_dtype dt, int stream, char *p, line v
     }
 }
 
+/* ---- fp8 ------------------------------------------------------------------------------------------ */
+
+/* dtype.h's rp_double_to_fp8_bits on 16 float32 lanes (AVX-512 has no e4m3/e5m2 conversion):
+ * normal results round to nearest-even in integer arithmetic on the float32 bits, as the bf16
+ * store does; results below the smallest normal come from adding a magic number whose ulp is the
+ * fp8 subnormal quantum (the FPU rounds to nearest-even); then saturation, NaN and the sign. */
+static RP_ALWAYS_INLINE __m128i fp8_convert16(rp_dtype fmt, __m512 v)
+{
+    const int e5m2 = fmt == RP_F8_E5M2, mant = e5m2 ? 2 : 3, shift = 23 - mant, bias = e5m2 ? 15 : 7;
+    const __m512i u = _mm512_castps_si512(v), a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(a, shift), _mm512_set1_epi32(1));
+    const __m512i rounded = _mm512_add_epi32(_mm512_add_epi32(a, _mm512_set1_epi32((1 << (shift - 1)) - 1)), lsb);
+    __m512i code = _mm512_sub_epi32(_mm512_srli_epi32(rounded, shift), _mm512_set1_epi32((127 - bias) << mant));
+    const __m512 magic = _mm512_set1_ps(e5m2 ? 0x1p7f : 0x1p14f); /* 2^23 * the subnormal quantum */
+    const __m512i sub = _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), magic)),
+                                         _mm512_castps_si512(magic));
+    const int min_normal = (127 + 1 - bias) << 23, max_bits = e5m2 ? 0x47600000 : 0x43e00000;
+    code = _mm512_mask_mov_epi32(code, _mm512_cmplt_epi32_mask(a, _mm512_set1_epi32(min_normal)), sub);
+    code = _mm512_mask_mov_epi32(code, _mm512_cmpge_epi32_mask(a, _mm512_set1_epi32(max_bits)),
+                                 _mm512_set1_epi32(e5m2 ? 0x7b : 0x7e));
+    code = _mm512_mask_mov_epi32(code, _mm512_cmpgt_epi32_mask(a, _mm512_set1_epi32(0x7f800000)),
+                                 _mm512_set1_epi32(e5m2 ? 0x7e : 0x7f));
+    code = _mm512_or_si512(code, _mm512_srli_epi32(_mm512_andnot_si512(a, u), 24)); /* sign to bit 7 */
+    return _mm512_cvtepi32_epi8(code);
+}
+
+/* The lanes m of a line (16 or 32 values) times inv_scale, as fp8 codes at p. */
+static RP_ALWAYS_INLINE void store_fp8_line(rp_dtype dt, rp_dtype fmt, char *p, line v, __mmask32 m,
+                                            __m512 inv_scale)
+{
+    const __m128i lo = fp8_convert16(fmt, _mm512_mul_ps(v.lo, inv_scale));
+    if (m == ALL32 && dt != RP_F32) {
+        const __m128i hi = fp8_convert16(fmt, _mm512_mul_ps(v.hi, inv_scale));
+        _mm256_storeu_si256((__m256i *)p, _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+        return;
+    }
+    _mm_mask_storeu_epi8(p, (__mmask16)m, lo);
+    if (dt != RP_F32 && (m >> 16))
+        _mm_mask_storeu_epi8(p + 16, (__mmask16)(m >> 16),
+                             fp8_convert16(fmt, _mm512_mul_ps(v.hi, inv_scale)));
+}
+
 static RP_ALWAYS_INLINE __m512 cs_load(const float *p, __mmask16 m)
 {
     return m == (__mmask16)0xffff ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
 }
 
-/* Pairs [j, j + LINE_LANES) masked by m; at = j * element size, half_bytes = half * element size. */
-static RP_ALWAYS_INLINE void rotate_line(rp_dtype dt, int stream_dst, int stream_pool, const char *src,
-                                         char *dst, char *pool, int64_t at, int64_t half_bytes,
-                                         const float *cs, const float *sn, __mmask32 m)
+/* Pairs [j, j + LINE_LANES) masked by m; at = j * element size, half_bytes = half * element size;
+ * the pool row (format pool_dt) takes them at its own element size. */
+static RP_ALWAYS_INLINE void rotate_line(rp_dtype dt, rp_dtype pool_dt, int stream_dst, int stream_pool,
+                                         const char *src, char *dst, char *pool, int64_t at,
+                                         int64_t half_bytes, const float *cs, const float *sn, __mmask32 m,
+                                         __m512 inv_scale)
 {
     const line x = load_line(dt, src + at, m), y = load_line(dt, src + at + half_bytes, m);
     line out_x, out_y;
@@ -168,30 +212,36 @@ static RP_ALWAYS_INLINE void rotate_line(rp_dtype dt, int stream_dst, int stream
     }
     store_line(dt, stream_dst, dst + at, out_x, m);
     store_line(dt, stream_dst, dst + at + half_bytes, out_y, m);
-    if (pool) {
+    if (pool && pool_dt == dt) {
         store_line(dt, stream_pool, pool + at, out_x, m);
         store_line(dt, stream_pool, pool + at + half_bytes, out_y, m);
+    } else if (pool) {
+        const int64_t elem = dt == RP_F32 ? 4 : 2;
+        store_fp8_line(dt, pool_dt, pool + at / elem, out_x, m, inv_scale);
+        store_fp8_line(dt, pool_dt, pool + (at + half_bytes) / elem, out_y, m, inv_scale);
     }
 }
 
-static RP_ALWAYS_INLINE void simd_rotate(rp_dtype dt, int stream_dst, int stream_pool,
+static RP_ALWAYS_INLINE void simd_rotate(rp_dtype dt, rp_dtype pool_dt, int stream_dst, int stream_pool,
                                          const char *src, char *dst, char *pool, int64_t half,
-                                         int64_t n, const float *cs, const float *sn)
+                                         int64_t n, const float *cs, const float *sn, float inv_scale)
 {
     const int64_t elem = dt == RP_F32 ? 4 : 2, lanes = LINE_LANES(dt), half_bytes = half * elem;
+    const __m512 scale = _mm512_set1_ps(inv_scale);
     int64_t j = 0;
     for (; j + lanes <= n; j += lanes)
-        rotate_line(dt, stream_dst, stream_pool, src, dst, pool, j * elem, half_bytes, cs + j, sn + j, ALL32);
+        rotate_line(dt, pool_dt, stream_dst, stream_pool, src, dst, pool, j * elem, half_bytes, cs + j, sn + j,
+                    ALL32, scale);
     if (j < n)
-        rotate_line(dt, 0, 0, src, dst, pool, j * elem, half_bytes, cs + j, sn + j,
-                    (__mmask32)((1u << (n - j)) - 1));
+        rotate_line(dt, pool_dt, 0, 0, src, dst, pool, j * elem, half_bytes, cs + j, sn + j,
+                    (__mmask32)((1u << (n - j)) - 1), scale);
 }
 
 /* GPT-J: elements [at, at + LINE_LANES) masked by m, as neighbouring pairs. vpermilps swaps the
  * two floats of each pair within its 128-bit lane. */
-static RP_ALWAYS_INLINE void rotate_pairs_line(rp_dtype dt, int stream_dst, int stream_pool, const char *src,
-                                               char *dst, char *pool, int64_t at, const float *cd,
-                                               const float *sd, __mmask32 m)
+static RP_ALWAYS_INLINE void rotate_pairs_line(rp_dtype dt, rp_dtype pool_dt, int stream_dst, int stream_pool,
+                                               const char *src, char *dst, char *pool, int64_t at,
+                                               const float *cd, const float *sd, __mmask32 m, __m512 inv_scale)
 {
     const line x = load_line(dt, src + at, m);
     line out;
@@ -202,20 +252,26 @@ static RP_ALWAYS_INLINE void rotate_pairs_line(rp_dtype dt, int stream_dst, int 
         out.hi = _mm512_fmadd_ps(x.hi, cs_load(cd + 16, m_hi),
                                  _mm512_mul_ps(_mm512_permute_ps(x.hi, 0xb1), cs_load(sd + 16, m_hi)));
     store_line(dt, stream_dst, dst + at, out, m);
-    if (pool)
+    if (pool && pool_dt == dt)
         store_line(dt, stream_pool, pool + at, out, m);
+    else if (pool)
+        store_fp8_line(dt, pool_dt, pool + at / (dt == RP_F32 ? 4 : 2), out, m, inv_scale);
 }
 
-static RP_ALWAYS_INLINE void simd_rotate_interleaved(rp_dtype dt, int stream_dst, int stream_pool,
-                                                     const char *src, char *dst, char *pool,
-                                                     int64_t n, const float *cd, const float *sd)
+static RP_ALWAYS_INLINE void simd_rotate_interleaved(rp_dtype dt, rp_dtype pool_dt, int stream_dst,
+                                                     int stream_pool, const char *src, char *dst, char *pool,
+                                                     int64_t n, const float *cd, const float *sd,
+                                                     float inv_scale)
 {
     const int64_t elem = dt == RP_F32 ? 4 : 2, lanes = LINE_LANES(dt);
+    const __m512 scale = _mm512_set1_ps(inv_scale);
     int64_t i = 0;
     for (; i + lanes <= n; i += lanes)
-        rotate_pairs_line(dt, stream_dst, stream_pool, src, dst, pool, i * elem, cd + i, sd + i, ALL32);
+        rotate_pairs_line(dt, pool_dt, stream_dst, stream_pool, src, dst, pool, i * elem, cd + i, sd + i, ALL32,
+                          scale);
     if (i < n)
-        rotate_pairs_line(dt, 0, 0, src, dst, pool, i * elem, cd + i, sd + i, (__mmask32)((1u << (n - i)) - 1));
+        rotate_pairs_line(dt, pool_dt, 0, 0, src, dst, pool, i * elem, cd + i, sd + i,
+                          (__mmask32)((1u << (n - i)) - 1), scale);
 }
 
 /* ---- copies --------------------------------------------------------------------------------------- */
@@ -233,6 +289,17 @@ static RP_ALWAYS_INLINE void simd_copy(int stream, char *dst, const char *src, i
     if (i < bytes) {
         const __mmask64 m = ~0ull >> (64 - (bytes - i));
         _mm512_mask_storeu_epi8(dst + i, m, _mm512_maskz_loadu_epi8(m, src + i));
+    }
+}
+
+static RP_ALWAYS_INLINE void simd_to_fp8(rp_dtype dt, rp_dtype pool_dt, uint8_t *dst, const char *src,
+                                         int64_t n, float inv_scale)
+{
+    const int64_t elem = dt == RP_F32 ? 4 : 2, lanes = LINE_LANES(dt);
+    const __m512 scale = _mm512_set1_ps(inv_scale);
+    for (int64_t j = 0; j < n; j += lanes) {
+        const __mmask32 m = n - j >= lanes ? ALL32 : (__mmask32)((1u << (n - j)) - 1);
+        store_fp8_line(dt, pool_dt, (char *)dst + j, load_line(dt, src + j * elem, m), m, scale);
     }
 }
 

@@ -42,10 +42,31 @@ static void store_row(rp_dtype dtype, const float *src, int64_t n, void *dst, in
     }
 }
 
+/* n float32 values to fp8 codes fp8(x * inv_scale) at dst[0], dst[step], ...: one rounding of the
+ * float32 product (dtype.h's converter is exact on a float32 value). */
+static void store_fp8(int e5m2, const float *src, int64_t n, float inv_scale, uint8_t *dst, int64_t step)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i * step] = rp_double_to_fp8_bits((double)(src[i] * inv_scale), e5m2);
+}
+
+/* n elements of src (dtype) to an fp8 pool row. */
+static void copy_fp8(const rp_problem *p, const char *src, int64_t n, float inv_scale, uint8_t *dst)
+{
+    float x[CHUNK];
+    const int64_t elem = (int64_t)rp_dtype_size(p->dtype);
+    for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
+        const int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
+        load_row(p->dtype, src + i0 * elem, 1, m, x);
+        store_fp8(p->pool_dtype == RP_F8_E5M2, x, m, inv_scale, dst + i0, 1);
+    }
+}
+
 /* Rotates pairs [i0, i0+n) of one head row in p's style and, with the last chunk, copies the
- * pass-through dims R..D-1; src may equal dst (in place); pool may be NULL. */
+ * pass-through dims R..D-1; src may equal dst (in place); pool (the k_pool head row) may be NULL.
+ * An fp8 pool takes fp8(x' * inv_scale) of the float32 x', not of the rounded k_rot. */
 static void rotate_chunk(const rp_problem *p, int64_t i0, int64_t n, const char *src, char *dst,
-                         char *pool, const float *cs, const float *sn)
+                         char *pool, float inv_scale, const float *cs, const float *sn)
 {
     const size_t elem = rp_dtype_size(p->dtype);
     const int64_t R = p->rotary_dim, D = p->head_dim, half = R / 2;
@@ -58,6 +79,14 @@ static void rotate_chunk(const rp_problem *p, int64_t i0, int64_t n, const char 
         ox[i] = x[i] * cs[i] - y[i] * sn[i];
         oy[i] = y[i] * cs[i] + x[i] * sn[i];
     }
+    if (pool && rp_pool_is_fp8(p)) {
+        const int e5m2 = p->pool_dtype == RP_F8_E5M2;
+        store_fp8(e5m2, ox, n, inv_scale, (uint8_t *)pool + a, step);
+        store_fp8(e5m2, oy, n, inv_scale, (uint8_t *)pool + b, step);
+        if (R < D && i0 + n == half)
+            copy_fp8(p, src + R * (int64_t)elem, D - R, inv_scale, (uint8_t *)pool + R);
+        pool = NULL;
+    }
     char *targets[2] = {dst, pool};
     for (int d = 0; d < 2; d++) {
         if (!targets[d])
@@ -69,20 +98,28 @@ static void rotate_chunk(const rp_problem *p, int64_t i0, int64_t n, const char 
     }
 }
 
-static void copy_heads(const rp_problem *p, const char *src, const int64_t src_stride[3],
-                       char *dst, const int64_t dst_stride[3], int64_t t, int64_t slot)
+/* Head rows (n elements) of token t in src to pool row `slot`: a copy, or fp8(x / scale). */
+static void copy_heads(const rp_problem *p, const char *src, const int64_t src_stride[3], char *pool,
+                       const int64_t pool_stride[4], int64_t t, int64_t slot, int64_t n, double scale)
 {
-    const int64_t elem = (int64_t)rp_dtype_size(p->dtype);
-    for (int64_t h = 0; h < p->num_kv_heads; h++)
-        memcpy(dst + (slot * dst_stride[0] + h * dst_stride[1]) * elem,
-               src + (t * src_stride[0] + h * src_stride[1]) * elem, (size_t)(p->head_dim * elem));
+    const int64_t elem = (int64_t)rp_dtype_size(p->dtype), pool_elem = (int64_t)rp_dtype_size(p->pool_dtype);
+    for (int64_t h = 0; h < p->num_kv_heads; h++) {
+        const char *from = src + (t * src_stride[0] + h * src_stride[1]) * elem;
+        char *to = pool + rp_pool_offset(p, pool_stride, slot, h) * pool_elem;
+        if (rp_pool_is_fp8(p))
+            copy_fp8(p, from, n, (float)(1.0 / scale), (uint8_t *)to);
+        else
+            memcpy(to, from, (size_t)(n * elem));
+    }
 }
 
 static void rope_pool_portable(const rp_problem *p, rp_parts parts, int64_t t_begin, int64_t t_end)
 {
     const int64_t half = p->rotary_dim / 2, elem = (int64_t)rp_dtype_size(p->dtype);
+    const int64_t pool_elem = (int64_t)rp_dtype_size(p->pool_dtype);
     const char *q = p->q, *k = p->k, *v = p->v;
     char *q_rot = p->q_rot, *k_rot = p->k_rot, *k_pool = p->k_pool, *v_pool = p->v_pool;
+    const float k_inv_scale = (float)(1.0 / p->k_scale);
     float cs[CHUNK], sn[CHUNK];
     for (int64_t t = t_begin; t < t_end; t++) {
         const int64_t pos = rp_load_index(p->positions, p->pos_dtype, p->pos_stride, t);
@@ -98,19 +135,20 @@ static void rope_pool_portable(const rp_problem *p, rp_parts parts, int64_t t_be
             }
             for (int64_t h = 0; h < p->num_qo_heads; h++)
                 rotate_chunk(p, i0, n, q + (t * p->q_stride[0] + h * p->q_stride[1]) * elem,
-                             q_rot + (t * p->q_rot_stride[0] + h * p->q_rot_stride[1]) * elem, NULL, cs, sn);
+                             q_rot + (t * p->q_rot_stride[0] + h * p->q_rot_stride[1]) * elem, NULL, 1.0f,
+                             cs, sn);
             for (int64_t h = 0; h < p->num_kv_heads; h++)
                 rotate_chunk(p, i0, n, k + (t * p->k_stride[0] + h * p->k_stride[1]) * elem,
                              k_rot + (t * p->k_rot_stride[0] + h * p->k_rot_stride[1]) * elem,
-                             write_pool ? k_pool + (slot * p->k_pool_stride[0] + h * p->k_pool_stride[1]) * elem
+                             write_pool ? k_pool + rp_pool_offset(p, p->k_pool_stride, slot, h) * pool_elem
                                         : NULL,
-                             cs, sn);
+                             k_inv_scale, cs, sn);
         }
         if (!write_pool)
             continue;
         if (parts == RP_PARTS_SCATTER)
-            copy_heads(p, k_rot, p->k_rot_stride, k_pool, p->k_pool_stride, t, slot);
-        copy_heads(p, v, p->v_stride, v_pool, p->v_pool_stride, t, slot);
+            copy_heads(p, k_rot, p->k_rot_stride, k_pool, p->k_pool_stride, t, slot, p->head_dim, p->k_scale);
+        copy_heads(p, v, p->v_stride, v_pool, p->v_pool_stride, t, slot, p->v_head_dim, p->v_scale);
     }
 }
 

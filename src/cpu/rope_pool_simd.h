@@ -17,6 +17,11 @@
  * symmetric), y' = fma(y, c, round(x * n)). So the styles agree bit for bit on the same pair, both
  * ISAs do the same operations in the same order, and the partition of tokens between threads
  * cannot change a result. Dims R..D-1 are copied.
+ *
+ * Pools: every row address comes from rp_pool_offset (flat, NHD, HND, any block size and
+ * strides). fp8 pools (pool_dt an fp8 format) take fp8(x' * float32(1 / scale)) of the float32
+ * rotated x', never of the rounded k_rot, and v's codes from v itself; their part-line stores
+ * never stream.
  */
 #ifndef RP_CPU_ROPE_POOL_SIMD_H
 #define RP_CPU_ROPE_POOL_SIMD_H
@@ -55,23 +60,31 @@ enum {
 static int simd_sincos(const double *inv_freq, int64_t n, double pos, double scale, float *cs, float *sn);
 
 /* Rotates the pairs (x[j], x[j + half]) for j < n of one head row x = src (dtype dt), writing
- * dst (which may be src: every pair is read before it is written) and, unless pool is NULL, pool.
- * cs/sn hold n entries. stream_dst / stream_pool select streaming stores for dst / pool; dt and
- * both flags are constants once inlined. */
-static RP_ALWAYS_INLINE void simd_rotate(rp_dtype dt, int stream_dst, int stream_pool,
+ * dst (which may be src: every pair is read before it is written) and, unless pool is NULL, the
+ * pool head row `pool` (pointing at its pair 0 of this chunk) in format pool_dt: dt, or an fp8
+ * format, which stores fp8(x' * inv_scale) of the float32 x' (one rounding to fp8 of that
+ * product). cs/sn hold n entries. stream_dst / stream_pool select streaming stores for dst / pool
+ * (never set for fp8 pools); dt, pool_dt and both flags are constants once inlined. */
+static RP_ALWAYS_INLINE void simd_rotate(rp_dtype dt, rp_dtype pool_dt, int stream_dst, int stream_pool,
                                          const char *src, char *dst, char *pool, int64_t half,
-                                         int64_t n, const float *cs, const float *sn);
+                                         int64_t n, const float *cs, const float *sn, float inv_scale);
 
 /* GPT-J: rotates the n elements (n even) of one head row x = src as neighbouring pairs,
  *     out[i] = fma(x[i], cd[i], x[i ^ 1] * sd[i]),
- * writing dst (which may be src) and, unless pool is NULL, pool; cd/sd hold n entries (the
- * duplicated tables of simd_interleave_table). Flags as for simd_rotate. */
-static RP_ALWAYS_INLINE void simd_rotate_interleaved(rp_dtype dt, int stream_dst, int stream_pool,
-                                                     const char *src, char *dst, char *pool,
-                                                     int64_t n, const float *cd, const float *sd);
+ * writing dst (which may be src) and, unless pool is NULL, pool (format pool_dt, as for
+ * simd_rotate); cd/sd hold n entries (the duplicated tables of simd_interleave_table). */
+static RP_ALWAYS_INLINE void simd_rotate_interleaved(rp_dtype dt, rp_dtype pool_dt, int stream_dst,
+                                                     int stream_pool, const char *src, char *dst, char *pool,
+                                                     int64_t n, const float *cd, const float *sd,
+                                                     float inv_scale);
 
 /* Copies `bytes` bytes (a multiple of 2) from src to dst, with streaming stores if `stream`. */
 static RP_ALWAYS_INLINE void simd_copy(int stream, char *dst, const char *src, int64_t bytes);
+
+/* n elements of dtype dt at src to fp8 codes fp8(x * inv_scale) (pool_dt) at dst: the fp8 pool
+ * copy of v, of k's pass-through dims, and of k_rot in the unfused scatter. */
+static RP_ALWAYS_INLINE void simd_to_fp8(rp_dtype dt, rp_dtype pool_dt, uint8_t *dst, const char *src,
+                                         int64_t n, float inv_scale);
 
 /* Makes the streaming stores issued so far globally visible before the slice returns. */
 static inline void simd_stream_fence(void);
@@ -117,6 +130,13 @@ static int simd_rows_on_lines(const void *base, const int64_t stride[3], int64_t
            (stride[1] * elem) % SIMD_LINE == 0;
 }
 
+/* The same for pool rows, which rp_pool_offset places by block, row and head strides. */
+static int simd_pool_rows_on_lines(const void *base, const int64_t stride[4], int64_t elem)
+{
+    return (uintptr_t)base % SIMD_LINE == 0 && (stride[0] * elem) % SIMD_LINE == 0 &&
+           (stride[1] * elem) % SIMD_LINE == 0 && (stride[2] * elem) % SIMD_LINE == 0;
+}
+
 enum { SIMD_STREAM_ROWS = 1, SIMD_STREAM_POOL = 2, SIMD_STAGE = 4 };
 
 /* Which outputs take streaming stores in this call (SIMD_STREAM_* bits). Pool rows always do:
@@ -141,8 +161,10 @@ static int simd_streaming(const rp_problem *p)
             return 0;
         mode = SIMD_STAGE;
     }
-    if (simd_rows_on_lines(p->k_pool, p->k_pool_stride, elem) &&
-        simd_rows_on_lines(p->v_pool, p->v_pool_stride, elem))
+    /* fp8 rows are converted in part-line steps: they take ordinary stores. */
+    if (!rp_pool_is_fp8(p) && (p->v_head_dim * elem) % SIMD_LINE == 0 &&
+        simd_pool_rows_on_lines(p->k_pool, p->k_pool_stride, elem) &&
+        simd_pool_rows_on_lines(p->v_pool, p->v_pool_stride, elem))
         mode |= SIMD_STREAM_POOL;
     if (rp_cpu_bytes_moved(p) >= RP_STREAM_MIN_BYTES &&
         simd_rows_on_lines(p->q_rot, p->q_rot_stride, elem) &&
@@ -151,81 +173,102 @@ static int simd_streaming(const rp_problem *p)
     return mode;
 }
 
-/* Copies the Hk head rows of token t in src to pool row `slot` of dst: one span when both hold
- * their heads back to back, else head by head. */
-static RP_ALWAYS_INLINE void simd_copy_heads(int stream, const rp_problem *p, const void *src,
-                                             const int64_t src_stride[3], void *dst,
-                                             const int64_t dst_stride[3], int64_t t, int64_t slot,
-                                             int64_t elem)
+static inline char *simd_pool_row(const rp_problem *p, void *pool, const int64_t stride[4], int64_t slot,
+                                   int64_t head, int64_t pool_elem)
 {
-    const int64_t row_bytes = p->head_dim * elem;
-    if (src_stride[1] == p->head_dim && dst_stride[1] == p->head_dim) {
-        simd_copy(stream, simd_row(dst, dst_stride, slot, 0, elem), simd_row(src, src_stride, t, 0, elem),
-                  row_bytes * p->num_kv_heads);
-        return;
-    }
-    for (int64_t h = 0; h < p->num_kv_heads; h++)
-        simd_copy(stream, simd_row(dst, dst_stride, slot, h, elem), simd_row(src, src_stride, t, h, elem),
-                  row_bytes);
+    return (char *)pool + rp_pool_offset(p, stride, slot, head) * pool_elem;
+}
+
+/* n elements of dtype dt from src to a pool row of format pool_dt: a copy, or fp8 codes. */
+static RP_ALWAYS_INLINE void simd_to_pool(rp_dtype dt, rp_dtype pool_dt, int stream, char *pool,
+                                          const char *src, int64_t n, float inv_scale)
+{
+    const int64_t elem = dt == RP_F32 ? 4 : 2;
+    if (pool_dt == dt)
+        simd_copy(stream, pool, src, n * elem);
+    else
+        simd_to_fp8(dt, pool_dt, (uint8_t *)pool, src, n, inv_scale);
+}
+
+/* Writes the Hk head rows (n elements each) of token t in src to pool row `slot`: one span when
+ * both hold their heads back to back, else head by head. */
+static RP_ALWAYS_INLINE void simd_copy_heads(rp_dtype dt, rp_dtype pool_dt, int stream, const rp_problem *p,
+                                             const void *src, const int64_t src_stride[3], void *pool,
+                                             const int64_t pool_stride[4], int64_t t, int64_t slot,
+                                             int64_t n, float inv_scale)
+{
+    const int64_t elem = dt == RP_F32 ? 4 : 2, pool_elem = pool_dt == dt ? elem : 1;
+    const int spans = src_stride[1] == n && pool_stride[2] == n;
+    const int64_t heads = spans ? 1 : p->num_kv_heads, count = spans ? n * p->num_kv_heads : n;
+    for (int64_t h = 0; h < heads; h++)
+        simd_to_pool(dt, pool_dt, stream, simd_pool_row(p, pool, pool_stride, slot, h, pool_elem),
+                     simd_row(src, src_stride, t, h, elem), count, inv_scale);
 }
 
 /* Touches token t's pool rows (their first and last line in each pool) ahead of the stores. The
  * rows sit on random pages of a pool far larger than the TLB covers; starting the address
  * translations early, and all at once, keeps the page walks off the store path (on Zen 4 with
  * fresh slots: 1.25x at 1 token, 1.4x to 1.5x at 16 to 256 tokens). */
-static inline void simd_touch_pool_rows(const rp_problem *p, int64_t t, int64_t elem)
+static inline void simd_touch_pool_rows(const rp_problem *p, int64_t t, int64_t pool_elem)
 {
     const int64_t slot = rp_load_index(p->slots, p->slot_dtype, p->slot_stride, t);
     if (slot < 0)
         return;
-    const int64_t last = p->num_kv_heads - 1, end = (p->head_dim - 1) * elem;
-    __builtin_prefetch(simd_row(p->k_pool, p->k_pool_stride, slot, 0, elem), 1, 0);
-    __builtin_prefetch(simd_row(p->v_pool, p->v_pool_stride, slot, 0, elem), 1, 0);
-    __builtin_prefetch(simd_row(p->k_pool, p->k_pool_stride, slot, last, elem) + end, 1, 0);
-    __builtin_prefetch(simd_row(p->v_pool, p->v_pool_stride, slot, last, elem) + end, 1, 0);
+    const int64_t last = p->num_kv_heads - 1;
+    __builtin_prefetch(simd_pool_row(p, p->k_pool, p->k_pool_stride, slot, 0, pool_elem), 1, 0);
+    __builtin_prefetch(simd_pool_row(p, p->v_pool, p->v_pool_stride, slot, 0, pool_elem), 1, 0);
+    __builtin_prefetch(simd_pool_row(p, p->k_pool, p->k_pool_stride, slot, last, pool_elem) +
+                       (p->head_dim - 1) * pool_elem, 1, 0);
+    __builtin_prefetch(simd_pool_row(p, p->v_pool, p->v_pool_stride, slot, last, pool_elem) +
+                       (p->v_head_dim - 1) * pool_elem, 1, 0);
 }
 
 /* Pairs [i0, i0 + n) of one head row, in the call's style; tc/ts are cs/sn (NeoX) or the
  * duplicated tables (GPT-J). */
-static RP_ALWAYS_INLINE void simd_rotate_pairs(const rp_problem *p, rp_dtype dt, int stream_dst,
-                                               int stream_pool, const char *src, char *dst, char *pool,
-                                               int64_t i0, int64_t n, const float *tc, const float *ts)
+static RP_ALWAYS_INLINE void simd_rotate_pairs(const rp_problem *p, rp_dtype dt, rp_dtype pool_dt,
+                                               int stream_dst, int stream_pool, const char *src, char *dst,
+                                               char *pool, int64_t i0, int64_t n, const float *tc,
+                                               const float *ts, float inv_scale)
 {
-    const int64_t elem = dt == RP_F32 ? 4 : 2;
+    const int64_t elem = dt == RP_F32 ? 4 : 2, pool_elem = pool_dt == dt ? elem : 1;
     if (p->style == RP_ROPE_GPTJ) {
-        const int64_t at = 2 * i0 * elem;
-        simd_rotate_interleaved(dt, stream_dst, stream_pool, src + at, dst + at, pool ? pool + at : NULL,
-                                2 * n, tc, ts);
+        simd_rotate_interleaved(dt, pool_dt, stream_dst, stream_pool, src + 2 * i0 * elem, dst + 2 * i0 * elem,
+                                pool ? pool + 2 * i0 * pool_elem : NULL, 2 * n, tc, ts, inv_scale);
     } else {
-        const int64_t at = i0 * elem;
-        simd_rotate(dt, stream_dst, stream_pool, src + at, dst + at, pool ? pool + at : NULL,
-                    p->rotary_dim / 2, n, tc, ts);
+        simd_rotate(dt, pool_dt, stream_dst, stream_pool, src + i0 * elem, dst + i0 * elem,
+                    pool ? pool + i0 * pool_elem : NULL, p->rotary_dim / 2, n, tc, ts, inv_scale);
     }
 }
 
 /* One head row src -> dst (and pool unless NULL): pairs [i0, i0 + n) and, with the last chunk,
  * the pass-through dims R..D-1 (not copied onto themselves in place). With SIMD_STAGE and a
  * streaming output, the row (one chunk, by simd_streaming) goes through an L1 scratch row. */
-static RP_ALWAYS_INLINE void simd_head(const rp_problem *p, rp_dtype dt, int mode, int stream_dst,
-                                       int stream_pool, const char *src, char *dst, char *pool,
-                                       int64_t i0, int64_t n, const float *tc, const float *ts)
+static RP_ALWAYS_INLINE void simd_head(const rp_problem *p, rp_dtype dt, rp_dtype pool_dt, int mode,
+                                       int stream_dst, int stream_pool, const char *src, char *dst, char *pool,
+                                       int64_t i0, int64_t n, const float *tc, const float *ts, float inv_scale)
 {
-    const int64_t elem = dt == RP_F32 ? 4 : 2, R = p->rotary_dim, D = p->head_dim;
+    const int64_t elem = dt == RP_F32 ? 4 : 2, pool_elem = pool_dt == dt ? elem : 1;
+    const int64_t R = p->rotary_dim, D = p->head_dim;
     if ((mode & SIMD_STAGE) && (stream_dst || (pool && stream_pool))) {
+        /* An fp8 pool row (never streamed) takes its codes from the float32 rotation itself. */
         char row[SIMD_STAGE_BYTES] __attribute__((aligned(64)));
-        simd_rotate_pairs(p, dt, 0, 0, src, row, NULL, 0, n, tc, ts);
+        char *fp8_pool = pool_dt != dt ? pool : NULL;
+        simd_rotate_pairs(p, dt, pool_dt, 0, 0, src, row, fp8_pool, 0, n, tc, ts, inv_scale);
         simd_copy(0, row + R * elem, src + R * elem, (D - R) * elem);
         simd_copy(stream_dst, dst, row, D * elem);
-        if (pool)
+        if (fp8_pool)
+            simd_to_fp8(dt, pool_dt, (uint8_t *)pool + R, src + R * elem, D - R, inv_scale);
+        else if (pool)
             simd_copy(stream_pool, pool, row, D * elem);
         return;
     }
-    simd_rotate_pairs(p, dt, stream_dst, stream_pool, src, dst, pool, i0, n, tc, ts);
+    simd_rotate_pairs(p, dt, pool_dt, stream_dst, stream_pool, src, dst, pool, i0, n, tc, ts, inv_scale);
     if (R < D && i0 + n == R / 2) {
+        /* The pool first: dst may be src (in place). */
+        if (pool)
+            simd_to_pool(dt, pool_dt, stream_pool, pool + R * pool_elem, src + R * elem, D - R, inv_scale);
         if (dst != src)
             simd_copy(stream_dst, dst + R * elem, src + R * elem, (D - R) * elem);
-        if (pool)
-            simd_copy(stream_pool, pool + R * elem, src + R * elem, (D - R) * elem);
     }
 }
 
@@ -235,30 +278,33 @@ enum { SIMD_PASS_KV = 1, SIMD_PASS_Q = 2 }; /* which heads a pass over tokens ha
  * cos/sin, then (SIMD_PASS_KV) the k heads, to k_rot and the pool row, and (SIMD_PASS_Q) the q
  * heads. mode holds SIMD_STREAM_* bits; dt, mode and pass are constants once inlined. */
 static RP_ALWAYS_INLINE void simd_rope_pool_pass(const rp_problem *p, rp_parts parts, int64_t t_begin,
-                                                 int64_t t_end, rp_dtype dt, int mode, int pass)
+                                                 int64_t t_end, rp_dtype dt, rp_dtype pool_dt, int mode,
+                                                 int pass)
 {
     const int stream_rows = mode & SIMD_STREAM_ROWS, stream_pool = mode & SIMD_STREAM_POOL;
     const int kv = pass & SIMD_PASS_KV, q = pass & SIMD_PASS_Q, pools = kv && parts != RP_PARTS_ROTATE;
     const int gptj = p->style == RP_ROPE_GPTJ;
-    const int64_t elem = dt == RP_F32 ? 4 : 2, half = p->rotary_dim / 2;
+    const int64_t elem = dt == RP_F32 ? 4 : 2, half = p->rotary_dim / 2, pool_elem = pool_dt == dt ? elem : 1;
+    const float k_inv_scale = (float)(1.0 / p->k_scale), v_inv_scale = (float)(1.0 / p->v_scale);
     float cs[SIMD_CHUNK + SIMD_PAD] __attribute__((aligned(64)));
     float sn[SIMD_CHUNK + SIMD_PAD] __attribute__((aligned(64)));
     float cd[2 * SIMD_CHUNK] __attribute__((aligned(64)));
     float sd[2 * SIMD_CHUNK] __attribute__((aligned(64)));
     const float *tc = gptj ? cd : cs, *ts = gptj ? sd : sn;
     if (pools)
-        simd_touch_pool_rows(p, t_begin, elem);
+        simd_touch_pool_rows(p, t_begin, pool_elem);
     for (int64_t t = t_begin; t < t_end; t++) {
         if (pools && t + 1 < t_end)
-            simd_touch_pool_rows(p, t + 1, elem);
+            simd_touch_pool_rows(p, t + 1, pool_elem);
         const double pos = (double)rp_load_index(p->positions, p->pos_dtype, p->pos_stride, t);
         const int64_t slot = rp_load_index(p->slots, p->slot_dtype, p->slot_stride, t);
         const int write_pool = pools && slot >= 0;
         if (write_pool)
-            simd_copy_heads(stream_pool, p, p->v, p->v_stride, p->v_pool, p->v_pool_stride, t, slot, elem);
+            simd_copy_heads(dt, pool_dt, stream_pool, p, p->v, p->v_stride, p->v_pool, p->v_pool_stride, t,
+                            slot, p->v_head_dim, v_inv_scale);
         if (write_pool && parts == RP_PARTS_SCATTER)
-            simd_copy_heads(stream_pool, p, p->k_rot, p->k_rot_stride, p->k_pool, p->k_pool_stride, t,
-                            slot, elem);
+            simd_copy_heads(dt, pool_dt, stream_pool, p, p->k_rot, p->k_rot_stride, p->k_pool,
+                            p->k_pool_stride, t, slot, p->head_dim, k_inv_scale);
         for (int64_t i0 = 0; parts != RP_PARTS_SCATTER && i0 < half; i0 += SIMD_CHUNK) {
             const int64_t n = half - i0 < SIMD_CHUNK ? half - i0 : SIMD_CHUNK;
             if (simd_sincos(p->inv_freq + i0, n, pos, p->attention_scaling, cs, sn))
@@ -266,13 +312,13 @@ static RP_ALWAYS_INLINE void simd_rope_pool_pass(const rp_problem *p, rp_parts p
             if (gptj)
                 simd_interleave_table(cs, sn, n, cd, sd);
             for (int64_t h = 0; kv && h < p->num_kv_heads; h++)
-                simd_head(p, dt, mode, stream_rows, stream_pool, simd_row(p->k, p->k_stride, t, h, elem),
+                simd_head(p, dt, pool_dt, mode, stream_rows, stream_pool, simd_row(p->k, p->k_stride, t, h, elem),
                           simd_row(p->k_rot, p->k_rot_stride, t, h, elem),
-                          write_pool ? simd_row(p->k_pool, p->k_pool_stride, slot, h, elem) : NULL, i0, n,
-                          tc, ts);
+                          write_pool ? simd_pool_row(p, p->k_pool, p->k_pool_stride, slot, h, pool_elem) : NULL,
+                          i0, n, tc, ts, k_inv_scale);
             for (int64_t h = 0; q && h < p->num_qo_heads; h++)
-                simd_head(p, dt, mode, stream_rows, 0, simd_row(p->q, p->q_stride, t, h, elem),
-                          simd_row(p->q_rot, p->q_rot_stride, t, h, elem), NULL, i0, n, tc, ts);
+                simd_head(p, dt, dt, mode, stream_rows, 0, simd_row(p->q, p->q_stride, t, h, elem),
+                          simd_row(p->q_rot, p->q_rot_stride, t, h, elem), NULL, i0, n, tc, ts, 1.0f);
         }
     }
 }
@@ -283,33 +329,54 @@ static RP_ALWAYS_INLINE void simd_rope_pool_pass(const rp_problem *p, rp_parts p
  * 4096 and 16384 tokens). The second pass computes each token's cos/sin again, ~50 ns against
  * the ~2 us its q heads take to stream. Smaller calls, cache-resident, take one pass. */
 static RP_ALWAYS_INLINE void simd_rope_pool_slice(const rp_problem *p, rp_parts parts, int64_t t_begin,
-                                                  int64_t t_end, rp_dtype dt, int mode)
+                                                  int64_t t_end, rp_dtype dt, rp_dtype pool_dt, int mode)
 {
     if (!(mode & SIMD_STREAM_ROWS)) {
-        simd_rope_pool_pass(p, parts, t_begin, t_end, dt, mode, SIMD_PASS_KV | SIMD_PASS_Q);
+        simd_rope_pool_pass(p, parts, t_begin, t_end, dt, pool_dt, mode, SIMD_PASS_KV | SIMD_PASS_Q);
     } else {
         for (int64_t b = t_begin; b < t_end; b += SIMD_STREAM_BLOCK) {
             const int64_t e = t_end - b < SIMD_STREAM_BLOCK ? t_end : b + SIMD_STREAM_BLOCK;
-            simd_rope_pool_pass(p, parts, b, e, dt, mode, SIMD_PASS_KV);
-            simd_rope_pool_pass(p, parts, b, e, dt, mode, SIMD_PASS_Q);
+            simd_rope_pool_pass(p, parts, b, e, dt, pool_dt, mode, SIMD_PASS_KV);
+            simd_rope_pool_pass(p, parts, b, e, dt, pool_dt, mode, SIMD_PASS_Q);
         }
     }
     if (mode)
         simd_stream_fence();
 }
 
+/* fp8 pools (never SIMD_STREAM_POOL) in format fmt: the modes that stream rows or not. */
+static RP_ALWAYS_INLINE void simd_rope_pool_fp8(const rp_problem *p, rp_parts parts, int64_t t_begin,
+                                                int64_t t_end, rp_dtype dt, rp_dtype fmt, int mode)
+{
+    enum { ROWS = SIMD_STREAM_ROWS, STAGE = SIMD_STAGE };
+    switch (mode) {
+    case ROWS: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, fmt, ROWS); break;
+    case STAGE | ROWS: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, fmt, STAGE | ROWS); break;
+    default: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, fmt, 0); break;
+    }
+}
+
 static RP_ALWAYS_INLINE void simd_rope_pool(const rp_problem *p, rp_parts parts, int64_t t_begin,
                                             int64_t t_end, rp_dtype dt)
 {
     enum { ROWS = SIMD_STREAM_ROWS, POOL = SIMD_STREAM_POOL, STAGE = SIMD_STAGE };
-    switch (simd_streaming(p)) {
-    case POOL: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, POOL); break;
-    case ROWS: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, ROWS); break;
-    case ROWS | POOL: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, ROWS | POOL); break;
-    case STAGE | POOL: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, STAGE | POOL); break;
-    case STAGE | ROWS: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, STAGE | ROWS); break;
-    case STAGE | ROWS | POOL: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, STAGE | ROWS | POOL); break;
-    default: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, 0); break;
+    const int mode = simd_streaming(p);
+    if (p->pool_dtype == RP_F8_E4M3) {
+        simd_rope_pool_fp8(p, parts, t_begin, t_end, dt, RP_F8_E4M3, mode);
+        return;
+    }
+    if (p->pool_dtype == RP_F8_E5M2) {
+        simd_rope_pool_fp8(p, parts, t_begin, t_end, dt, RP_F8_E5M2, mode);
+        return;
+    }
+    switch (mode) {
+    case POOL: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, dt, POOL); break;
+    case ROWS: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, dt, ROWS); break;
+    case ROWS | POOL: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, dt, ROWS | POOL); break;
+    case STAGE | POOL: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, dt, STAGE | POOL); break;
+    case STAGE | ROWS: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, dt, STAGE | ROWS); break;
+    case STAGE | ROWS | POOL: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, dt, STAGE | ROWS | POOL); break;
+    default: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, dt, 0); break;
     }
 }
 

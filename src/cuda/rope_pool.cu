@@ -572,6 +572,15 @@ static int rows_aligned(const void *data, const int64_t stride[3], int64_t n0, i
            (n1 <= 1 || (stride[1] * (int64_t)elem) % 16 == 0);
 }
 
+/* [slot, head, dim] strides of a flat pool from the problem's [block, row, head, dim] ones (flat
+ * pools are blocks of one row; rp_cuda_rope_pool refuses paged pools for now). */
+static void flat_pool_strides(int64_t dst[3], const int64_t pool_stride[4])
+{
+    dst[0] = pool_stride[0];
+    dst[1] = pool_stride[2];
+    dst[2] = pool_stride[3];
+}
+
 static long long div_up(long long a, long long b)
 {
     return (a + b - 1) / b;
@@ -586,6 +595,9 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
     const long long Hq = p->num_qo_heads, Hk = p->num_kv_heads, P = p->pool_size;
     const long long heads = parts == RP_PARTS_ALL ? Hq + 2 * Hk : parts == RP_PARTS_ROTATE ? Hq + Hk : 2 * Hk;
     const long long groups = half_dim / per_vector;
+    int64_t k_pool_stride[3], v_pool_stride[3];
+    flat_pool_strides(k_pool_stride, p->k_pool_stride);
+    flat_pool_strides(v_pool_stride, p->v_pool_stride);
 
     plan.vectorized = p->inner_contiguous && half_dim % per_vector == 0 && groups <= MAX_GROUPS &&
                       heads <= INT_MAX / 2 &&
@@ -594,8 +606,8 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
                       rows_aligned(p->v, p->v_stride, T, Hk, elem) &&
                       rows_aligned(p->q_rot, p->q_rot_stride, T, Hq, elem) &&
                       rows_aligned(p->k_rot, p->k_rot_stride, T, Hk, elem) &&
-                      rows_aligned(p->k_pool, p->k_pool_stride, P, Hk, elem) &&
-                      rows_aligned(p->v_pool, p->v_pool_stride, P, Hk, elem);
+                      rows_aligned(p->k_pool, k_pool_stride, P, Hk, elem) &&
+                      rows_aligned(p->v_pool, v_pool_stride, P, Hk, elem);
     plan.overlap_launch = st->compute_capability >= 90;
     if (!plan.vectorized) {
         plan.threads_x = STRIDED_THREADS;
@@ -661,8 +673,11 @@ static void fill_args(rp_kernel_args<FREQ_CAP> *a, const rp_cuda_state *st, cons
     a->k_pool = p->k_pool;
     a->v_pool = p->v_pool;
     a->status = st->status;
-    const int64_t *strides[T_COUNT] = {p->q_stride,     p->k_stride,      p->v_stride,     p->q_rot_stride,
-                                       p->k_rot_stride, p->k_pool_stride, p->v_pool_stride};
+    int64_t k_pool_stride[3], v_pool_stride[3];
+    flat_pool_strides(k_pool_stride, p->k_pool_stride);
+    flat_pool_strides(v_pool_stride, p->v_pool_stride);
+    const int64_t *strides[T_COUNT] = {p->q_stride,     p->k_stride,   p->v_stride,  p->q_rot_stride,
+                                       p->k_rot_stride, k_pool_stride, v_pool_stride};
     for (int t = 0; t < T_COUNT; t++)
         for (int d = 0; d < 3; d++)
             a->stride[t][d] = strides[t][d];
@@ -773,6 +788,12 @@ extern "C" rp_status rp_cuda_rope_pool(void *state, const rp_problem *p, rp_part
         return rp_fail(err, RP_ERR_UNSUPPORTED,
                        "head_dim %lld is not supported on CUDA: the CUDA backend takes head_dim up to %d",
                        (long long)p->head_dim, RP_CUDA_MAX_HEAD_DIM);
+    if (p->kv_layout != RP_KV_FLAT || p->pool_dtype != p->dtype || p->v_head_dim != p->head_dim)
+        return rp_fail(err, RP_ERR_UNSUPPORTED,
+                       "the CUDA backend does not support %s yet (kv_layout %d, pool format %s, v_head_dim "
+                       "%lld): run on CPU tensors", p->kv_layout != RP_KV_FLAT ? "paged pools"
+                       : p->pool_dtype != p->dtype ? "fp8 pools" : "v_head_dim != head_dim",
+                       (int)p->kv_layout, rp_dtype_name(p->pool_dtype), (long long)p->v_head_dim);
     if (p->style != RP_ROPE_NEOX || p->rotary_dim != p->head_dim || p->caller_freq || p->attention_scaling != 1.0)
         return rp_fail(err, RP_ERR_UNSUPPORTED,
                        "the CUDA backend does not serve GPT-J style, partial rotary_dim, inv_freq or "

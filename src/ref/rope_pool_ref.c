@@ -33,13 +33,24 @@ static int64_t at(const int64_t stride[3], int64_t a, int64_t b, int64_t c)
     return a * stride[0] + b * stride[1] + c * stride[2];
 }
 
+/* Stores value as element i of the pool head row at element offset `row` (rp_pool_offset): in
+ * the inputs' dtype, or as fp8(value / scale), rounded once from the float64 value. */
+static void store_pool(const rp_problem *p, void *pool, const int64_t stride[4], int64_t row,
+                       int64_t i, double value, double scale)
+{
+    const int64_t offset = row + i * stride[3];
+    if (rp_pool_is_fp8(p))
+        ((uint8_t *)pool)[offset] = rp_double_to_fp8_bits(value / scale, p->pool_dtype == RP_F8_E5M2);
+    else
+        store(pool, p->dtype, offset, value);
+}
+
 /* Rotates the pair (x[a], x[b]) of one head by (c, n) = s * (cos, sin). Reads both inputs before
- * any write, so the in-place call (dst == src) is safe; `pool` (may be NULL) receives the same
- * values as dst. */
+ * any write, so the in-place call (dst == src) is safe. When write_pool, k_pool's head row at
+ * element offset pool_row receives the same float64 values (rounded to the pool's format). */
 static void rotate_pair(const rp_problem *p, const void *src, const int64_t src_stride[3],
-                        void *dst, const int64_t dst_stride[3], void *pool,
-                        const int64_t pool_stride[3], int64_t t, int64_t slot, int64_t h,
-                        int64_t a, int64_t b, double c, double n)
+                        void *dst, const int64_t dst_stride[3], int write_pool, int64_t pool_row,
+                        int64_t t, int64_t h, int64_t a, int64_t b, double c, double n)
 {
     const double x = load(src, p->dtype, at(src_stride, t, h, a));
     const double y = load(src, p->dtype, at(src_stride, t, h, b));
@@ -48,9 +59,9 @@ static void rotate_pair(const rp_problem *p, const void *src, const int64_t src_
         store(dst, p->dtype, at(dst_stride, t, h, a), out_x);
         store(dst, p->dtype, at(dst_stride, t, h, b), out_y);
     }
-    if (pool) {
-        store(pool, p->dtype, at(pool_stride, slot, h, a), out_x);
-        store(pool, p->dtype, at(pool_stride, slot, h, b), out_y);
+    if (write_pool) {
+        store_pool(p, p->k_pool, p->k_pool_stride, pool_row, a, out_x, p->k_scale);
+        store_pool(p, p->k_pool, p->k_pool_stride, pool_row, b, out_y, p->k_scale);
     }
 }
 
@@ -63,6 +74,23 @@ static void copy_dims(const rp_problem *p, const void *src, const int64_t src_st
     for (int64_t i = from; i < p->head_dim; i++)
         memmove((char *)dst + at(dst_stride, row, h, i) * (int64_t)elem,
                 (const char *)src + at(src_stride, t, h, i) * (int64_t)elem, elem);
+}
+
+/* Dims [from, n) of head h of token t of src into the pool head row at element offset pool_row:
+ * a bit copy, or fp8(value / scale) for fp8 pools. */
+static void copy_to_pool(const rp_problem *p, const void *src, const int64_t src_stride[3], int64_t t,
+                         int64_t h, int64_t from, int64_t n, void *pool, const int64_t pool_stride[4],
+                         int64_t pool_row, double scale)
+{
+    const size_t elem = rp_dtype_size(p->dtype);
+    for (int64_t i = from; i < n; i++) {
+        const int64_t in = at(src_stride, t, h, i);
+        if (rp_pool_is_fp8(p))
+            store_pool(p, pool, pool_stride, pool_row, i, load(src, p->dtype, in), scale);
+        else
+            memcpy((char *)pool + (pool_row + i * pool_stride[3]) * (int64_t)elem,
+                   (const char *)src + in * (int64_t)elem, elem);
+    }
 }
 
 void rp_ref_rope_pool(const rp_problem *p, rp_parts parts, int64_t t_begin, int64_t t_end)
@@ -79,26 +107,31 @@ void rp_ref_rope_pool(const rp_problem *p, rp_parts parts, int64_t t_begin, int6
                 const double c = p->attention_scaling * cos(angle), n = p->attention_scaling * sin(angle);
                 const int64_t a = gptj ? 2 * j : j, b = gptj ? 2 * j + 1 : j + half;
                 for (int64_t h = 0; h < p->num_qo_heads; h++)
-                    rotate_pair(p, p->q, p->q_stride, p->q_rot, p->q_rot_stride, NULL, NULL, t,
-                                slot, h, a, b, c, n);
+                    rotate_pair(p, p->q, p->q_stride, p->q_rot, p->q_rot_stride, 0, 0, t, h, a, b, c, n);
                 for (int64_t h = 0; h < p->num_kv_heads; h++)
-                    rotate_pair(p, p->k, p->k_stride, p->k_rot, p->k_rot_stride,
-                                write_pool ? p->k_pool : NULL, p->k_pool_stride, t, slot, h, a, b, c, n);
+                    rotate_pair(p, p->k, p->k_stride, p->k_rot, p->k_rot_stride, write_pool,
+                                write_pool ? rp_pool_offset(p, p->k_pool_stride, slot, h) : 0, t, h, a, b,
+                                c, n);
             }
             for (int64_t h = 0; h < p->num_qo_heads; h++)
                 copy_dims(p, p->q, p->q_stride, t, p->q_rot, p->q_rot_stride, t, h, R);
             for (int64_t h = 0; h < p->num_kv_heads; h++) {
+                /* The pool first: k_rot may be k itself (in place). */
                 if (write_pool)
-                    copy_dims(p, p->k, p->k_stride, t, p->k_pool, p->k_pool_stride, slot, h, R);
+                    copy_to_pool(p, p->k, p->k_stride, t, h, R, p->head_dim, p->k_pool, p->k_pool_stride,
+                                 rp_pool_offset(p, p->k_pool_stride, slot, h), p->k_scale);
                 copy_dims(p, p->k, p->k_stride, t, p->k_rot, p->k_rot_stride, t, h, R);
             }
         }
         if (!write_pool)
             continue;
         for (int64_t h = 0; h < p->num_kv_heads; h++) {
+            /* The unfused scatter stores k_rot as computed, so an fp8 pool rounds twice there. */
             if (parts == RP_PARTS_SCATTER)
-                copy_dims(p, p->k_rot, p->k_rot_stride, t, p->k_pool, p->k_pool_stride, slot, h, 0);
-            copy_dims(p, p->v, p->v_stride, t, p->v_pool, p->v_pool_stride, slot, h, 0);
+                copy_to_pool(p, p->k_rot, p->k_rot_stride, t, h, 0, p->head_dim, p->k_pool, p->k_pool_stride,
+                             rp_pool_offset(p, p->k_pool_stride, slot, h), p->k_scale);
+            copy_to_pool(p, p->v, p->v_stride, t, h, 0, p->v_head_dim, p->v_pool, p->v_pool_stride,
+                         rp_pool_offset(p, p->v_pool_stride, slot, h), p->v_scale);
         }
     }
 }

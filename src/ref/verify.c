@@ -10,7 +10,9 @@
  * the header's contract leaves them out, because a float32 product such as x[b] * n may overflow
  * to infinity there although the float64 result is finite.
  * Dims R..D-1 of q_rot and k_rot must equal q and k bit for bit, v_pool rows must equal v, and
- * k_pool rows must equal k_rot.
+ * k_pool rows must equal k_rot. fp8 pools hold the correctly rounded fp8 of value / scale (K: the
+ * float64 formula, not k_rot; V: v), except within the kernel's own arithmetic error of a
+ * rounding midpoint (check_fp8).
  */
 #include "verify.h"
 
@@ -86,21 +88,64 @@ static void check_value(rp_verify_result *r, rp_dtype dtype, const char *what, i
         note_failure(r, what, t, h, i, got, want, bound);
 }
 
-/* Pair (a, b) of every head of token t, rotated by (c, n) = s * (cos, sin). */
+/* fp8 pools: code `got` must be the correctly rounded fp8 of value / scale, where value is the
+ * float64 formula, except that a kernel whose own arithmetic error is at most err (in units of
+ * value) may land on either neighbour of a rounding midpoint within err: the codes that
+ * fp8((value -+ err) / scale) give bound the acceptable ones (rounding is monotonic). */
+static void check_fp8(const rp_problem *p, rp_verify_result *r, const char *what, int64_t t, int64_t h,
+                      int64_t i, uint8_t got, double value, double err, double scale)
+{
+    const int e5m2 = p->pool_dtype == RP_F8_E5M2;
+    const double g = rp_fp8_bits_to_double(got, e5m2);
+    r->checked++;
+    if (isnan(value) || isnan(g)) {
+        if (!(isnan(value) && isnan(g)))
+            note_failure(r, what, t, h, i, g, value / scale, err / scale);
+        return;
+    }
+    if (isinf(value))
+        err = 0.0; /* an infinite formula saturates, exactly */
+    const double lo = rp_fp8_bits_to_double(rp_double_to_fp8_bits((value - err) / scale, e5m2), e5m2);
+    const double hi = rp_fp8_bits_to_double(rp_double_to_fp8_bits((value + err) / scale, e5m2), e5m2);
+    if (!(lo <= g && g <= hi))
+        note_failure(r, what, t, h, i, g, value / scale, err / scale);
+}
+
+/* A float32 kernel's error on the fp8 path beyond the rotation's: value * float32(1 / scale),
+ * rounded to float32 (a few float32 ulps). None when scale is 1: the product is exact. */
+static double scale_error(double value, double scale)
+{
+    return scale == 1.0 ? 0.0 : 0x1p-21 * fabs(value);
+}
+
+/* Pair (a, b) of every head of token t, rotated by (c, n) = s * (cos, sin). With fp8 pools and
+ * fp8_slot >= 0, k_pool's row fp8_slot must hold the fp8 of the same float64 values. */
 static void check_rotation(const rp_problem *p, rp_verify_result *r, const char *what,
                            const void *src, const int64_t src_stride[3], const void *out,
                            const int64_t out_stride[3], int64_t heads, int64_t t, double c, double n,
-                           int64_t a, int64_t b)
+                           int64_t a, int64_t b, int64_t fp8_slot)
 {
     for (int64_t h = 0; h < heads; h++) {
         const double x = load(src, p->dtype, at(src_stride, t, h, a));
         const double y = load(src, p->dtype, at(src_stride, t, h, b));
         const double scaled = p->attention_scaling * (fabs(x) + fabs(y));
         const int beyond = p->attention_scaling > 1.0 && scaled > 0x1.fffffep127; /* FLT_MAX */
-        check_value(r, p->dtype, what, t, h, a, load(out, p->dtype, at(out_stride, t, h, a)),
-                    x * c - y * n, scaled, beyond);
-        check_value(r, p->dtype, what, t, h, b, load(out, p->dtype, at(out_stride, t, h, b)),
-                    y * c + x * n, scaled, beyond);
+        const double want_a = x * c - y * n, want_b = y * c + x * n;
+        check_value(r, p->dtype, what, t, h, a, load(out, p->dtype, at(out_stride, t, h, a)), want_a, scaled,
+                    beyond);
+        check_value(r, p->dtype, what, t, h, b, load(out, p->dtype, at(out_stride, t, h, b)), want_b, scaled,
+                    beyond);
+        if (fp8_slot < 0 || beyond)
+            continue;
+        /* The rotation's error (the bound above without the dtype's rounding), the float32
+         * rounding of the rotated value, and the scaling's. */
+        const uint8_t *row = (const uint8_t *)p->k_pool + rp_pool_offset(p, p->k_pool_stride, fp8_slot, h);
+        const double ea = 0x1p-21 * (scaled + fabs(want_a)) + scale_error(want_a, p->k_scale);
+        const double eb = 0x1p-21 * (scaled + fabs(want_b)) + scale_error(want_b, p->k_scale);
+        check_fp8(p, r, "k_pool (fp8 of the float64 rotation)", t, h, a, row[a * p->k_pool_stride[3]], want_a,
+                  ea, p->k_scale);
+        check_fp8(p, r, "k_pool (fp8 of the float64 rotation)", t, h, b, row[b * p->k_pool_stride[3]], want_b,
+                  eb, p->k_scale);
     }
 }
 
@@ -121,11 +166,35 @@ static void check_copy(const rp_problem *p, rp_verify_result *r, const char *wha
         }
 }
 
+/* Dims [from, n) of the Hk head rows src[t] against pool row `slot`: bit-exact copies, or for
+ * fp8 pools fp8(src / scale) up to the float32 scaling error. */
+static void check_pool_row(const rp_problem *p, rp_verify_result *r, const char *what, const void *src,
+                           const int64_t src_stride[3], const void *pool, const int64_t pool_stride[4],
+                           int64_t t, int64_t slot, int64_t from, int64_t n, double scale)
+{
+    const size_t elem = rp_dtype_size(p->dtype);
+    for (int64_t h = 0; h < p->num_kv_heads; h++) {
+        const int64_t row = rp_pool_offset(p, pool_stride, slot, h);
+        for (int64_t i = from; i < n; i++) {
+            const int64_t in = at(src_stride, t, h, i), to = row + i * pool_stride[3];
+            const double value = load(src, p->dtype, in);
+            if (rp_pool_is_fp8(p)) {
+                check_fp8(p, r, what, t, h, i, ((const uint8_t *)pool)[to], value, scale_error(value, scale),
+                          scale);
+                continue;
+            }
+            r->checked++;
+            if (memcmp((const char *)src + in * (int64_t)elem, (const char *)pool + to * (int64_t)elem, elem))
+                note_failure(r, what, t, h, i, load(pool, p->dtype, to), value, 0.0);
+        }
+    }
+}
+
 void rp_ref_verify(const rp_problem *p, rp_verify_result *r)
 {
     memset(r, 0, sizeof *r);
     const int64_t R = p->rotary_dim, half = R / 2, Hq = p->num_qo_heads, Hk = p->num_kv_heads;
-    const int gptj = p->style == RP_ROPE_GPTJ;
+    const int gptj = p->style == RP_ROPE_GPTJ, fp8 = rp_pool_is_fp8(p);
     for (int64_t t = 0; t < p->num_tokens; t++) {
         const int64_t pos = rp_load_index(p->positions, p->pos_dtype, p->pos_stride, t);
         const int64_t slot = rp_load_index(p->slots, p->slot_dtype, p->slot_stride, t);
@@ -133,18 +202,23 @@ void rp_ref_verify(const rp_problem *p, rp_verify_result *r)
             const double angle = (double)pos * p->inv_freq[j];
             const double c = p->attention_scaling * cos(angle), n = p->attention_scaling * sin(angle);
             const int64_t a = gptj ? 2 * j : j, b = gptj ? 2 * j + 1 : j + half;
-            check_rotation(p, r, "q_rot", p->q, p->q_stride, p->q_rot, p->q_rot_stride, Hq, t, c, n, a, b);
-            check_rotation(p, r, "k_rot", p->k, p->k_stride, p->k_rot, p->k_rot_stride, Hk, t, c, n, a, b);
+            check_rotation(p, r, "q_rot", p->q, p->q_stride, p->q_rot, p->q_rot_stride, Hq, t, c, n, a, b, -1);
+            check_rotation(p, r, "k_rot", p->k, p->k_stride, p->k_rot, p->k_rot_stride, Hk, t, c, n, a, b,
+                           fp8 ? slot : -1);
         }
         check_copy(p, r, "q_rot (pass-through, vs q)", p->q, p->q_stride, p->q_rot, p->q_rot_stride, Hq,
                    t, t, R);
         check_copy(p, r, "k_rot (pass-through, vs k)", p->k, p->k_stride, p->k_rot, p->k_rot_stride, Hk,
                    t, t, R);
-        if (slot >= 0) {
-            check_copy(p, r, "k_pool (vs k_rot)", p->k_rot, p->k_rot_stride, p->k_pool,
-                       p->k_pool_stride, Hk, t, slot, 0);
-            check_copy(p, r, "v_pool (vs v)", p->v, p->v_stride, p->v_pool, p->v_pool_stride, Hk, t,
-                       slot, 0);
-        }
+        if (slot < 0)
+            continue;
+        if (fp8) /* the rotated dims were checked with the rotation; the pass-through ones hold k */
+            check_pool_row(p, r, "k_pool (pass-through, fp8 of k)", p->k, p->k_stride, p->k_pool,
+                           p->k_pool_stride, t, slot, R, p->head_dim, p->k_scale);
+        else
+            check_pool_row(p, r, "k_pool (vs k_rot)", p->k_rot, p->k_rot_stride, p->k_pool, p->k_pool_stride,
+                           t, slot, 0, p->head_dim, 1.0);
+        check_pool_row(p, r, "v_pool (vs v)", p->v, p->v_stride, p->v_pool, p->v_pool_stride, t, slot, 0,
+                       p->v_head_dim, p->v_scale);
     }
 }
