@@ -41,6 +41,9 @@ CONFIGS = {
         rope_type="yarn", rope_theta=1000000.0, factor=4.0, original_max_position_embeddings=64))),
     "llama-linear": ("llama", dict(num_key_value_heads=4, rope_parameters=dict(
         rope_type="linear", rope_theta=10000.0, factor=2.0))),
+    # Dynamic NTK past max_position_embeddings = 16: the table changes as the sequences grow.
+    "llama-dynamic": ("llama", dict(max_position_embeddings=16, rope_parameters=dict(
+        rope_type="dynamic", rope_theta=10000.0, factor=2.0))),
 }
 
 
@@ -50,23 +53,6 @@ def tiny_model(name, *, seed=0, dtype=torch.float32, device="cpu", **overrides):
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
     return model.to(device).eval()
-
-
-def rope_kwargs(config):
-    if hasattr(ropepool, "hf_rope_kwargs"):
-        return ropepool.hf_rope_kwargs(config)
-    # Placeholder until ropepool.hf_rope_kwargs lands: the table transformers' own rotary
-    # embedding computes (default, linear, llama3, yarn; not dynamic or longrope).
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
-    rope_type = config.rope_parameters.get("rope_type", "default")
-    init = ROPE_INIT_FUNCTIONS.get(rope_type)
-    if init is None:  # the default type lives on the model's rotary embedding class
-        inv_freq, scaling = transformers.models.llama.modeling_llama.LlamaRotaryEmbedding \
-            .compute_default_rope_parameters(config)
-    else:
-        inv_freq, scaling = init(config, "cpu")
-    return dict(inv_freq=inv_freq.double().numpy(), attention_scaling=float(scaling), is_neox=True)
 
 
 class BlockTable:
@@ -129,23 +115,43 @@ class Engine:
         self.k_pools = [torch.zeros(**pool) for _ in self.layers]
         self.v_pools = [torch.zeros(**pool) for _ in self.layers]
         self.table = BlockTable(num_blocks, block_size)
-        self.rope = dict(head_dim=self.d, num_qo_heads=self.hq, num_kv_heads=self.hk,
-                         rope_base=float(cfg.rope_parameters["rope_theta"]), **rope_kwargs(cfg))
+        self.cfg, self.tables = cfg, {}
+        # dynamic and longrope tables depend on the sequence's length, as transformers updates them
+        self.per_length = cfg.rope_parameters.get("rope_type") in ("dynamic", "longrope")
         self.rope_pool = self.ropepool_write if rope == "ropepool" else self.torch_write
-        table = torch.as_tensor(self.rope["inv_freq"], dtype=torch.float32, device=weight.device)
-        self.inv_freq32 = table  # the unfused baseline's table, in float32 as transformers has it
 
-    def ropepool_write(self, i, q, k, v, positions, slots):
-        q_rot, k_rot, _, _ = ropepool.rope_pool_fused(q, k, v, positions, slots, self.k_pools[i],
-                                                      self.v_pools[i], **self.rope)
+    def rope(self, seq_len):
+        """rope_pool_fused's keywords for a sequence of seq_len tokens: the model's RoPE from
+        ropepool.hf_rope_kwargs (its inv_freq table, attention scaling, rotary_dim, style)."""
+        key = seq_len if self.per_length else None
+        if key not in self.tables:
+            kw = ropepool.hf_rope_kwargs(self.cfg, seq_len=key)
+            self.tables[key] = dict(head_dim=self.d, num_qo_heads=self.hq, num_kv_heads=self.hk,
+                                    rope_base=float(self.cfg.rope_parameters["rope_theta"]), **kw)
+        return self.tables[key]
+
+    def ropepool_write(self, i, q, k, v, positions, slots, batch):
+        pools = self.k_pools[i], self.v_pools[i]
+        if not self.per_length:
+            return ropepool.rope_pool_fused(q, k, v, positions, slots, *pools, **self.rope(None))[:2]
+        q_rot, k_rot, row = torch.empty_like(q), torch.empty_like(k), 0
+        for _, start, n in batch:  # one call per sequence, with its own table, into views of q_rot/k_rot
+            rows = slice(row, row + n)
+            ropepool.rope_pool_fused(q[rows], k[rows], v[rows], positions[rows], slots[rows], *pools,
+                                     **self.rope(start + n), q_out=q_rot[rows], k_out=k_rot[rows])
+            row += n
         return q_rot, k_rot
 
-    def torch_write(self, i, q, k, v, positions, slots):
+    def torch_write(self, i, q, k, v, positions, slots, batch):
         """The same step unfused, as transformers and most engines write it: cos/sin tables, rotate
         half, then index_copy_ into the pools."""
-        angles = positions[:, None].float() * self.inv_freq32[None, :]
+        rope = self.rope(max(start + n for _, start, n in batch))  # one table (not per_length models)
+        if "inv_freq32" not in self.tables:  # float32, as transformers holds it
+            self.tables["inv_freq32"] = torch.as_tensor(rope["inv_freq"], dtype=torch.float32, device=q.device)
+        inv_freq = self.tables["inv_freq32"]
+        angles = positions[:, None].float() * inv_freq[None, :]
         angles = torch.cat([angles, angles], dim=-1)[:, None, :]
-        scale = self.rope["attention_scaling"]
+        scale = rope["attention_scaling"]
         cos, sin = (angles.cos() * scale).to(q.dtype), (angles.sin() * scale).to(q.dtype)
 
         def rotate(x):
@@ -196,7 +202,7 @@ class Engine:
             q = qkv[:, :qn].view(T, self.hq, self.d)
             k = qkv[:, qn:qn + kn].view(T, self.hk, self.d)
             v = qkv[:, qn + kn:].view(T, self.hk, self.d)
-            q_rot, _ = self.rope_pool(i, q, k, v, positions, slots)
+            q_rot, _ = self.rope_pool(i, q, k, v, positions, slots, batch)
             attn = self.attend(i, q_rot, batch).view(T, qn)
             h = h + self.all_reduce(F.linear(attn, layer.w_o, layer.b_o))
             x = layer.norm2(h)

@@ -64,13 +64,14 @@ def main():
     v = qkv[:, (e.hq + e.hk) * e.d:].view(args.batch, e.hk, e.d)
     positions = torch.tensor(state["ropepool"][1], device=dev)
     slots = torch.arange(args.batch, device=dev) * 16 + 15
+    batch = [(s, p, 1) for s, p in enumerate(state["ropepool"][1])]
     write_times = {name: [] for name in engines}
     for _ in range(args.rounds):
         for name, engine in engines.items():
             sync()
             start = time.perf_counter()
             for _ in range(200):
-                engine.rope_pool(0, q, k, v, positions, slots)
+                engine.rope_pool(0, q, k, v, positions, slots, batch)
             sync()
             write_times[name].append((time.perf_counter() - start) / 200 * 1e6)
 
