@@ -12,12 +12,18 @@ see ``_torch_hooks.py``; importing it again is a no-op)::
 The default overload mutates k_pool and v_pool in place and returns fresh q_rot and k_rot; the
 ``out`` overload writes q_out and k_out as well and returns nothing (torch.compile functionalizes
 only custom operators whose returns alias no input). ``torch.ops.ropepool.rope_pool_fused(...,
-q_out=a, k_out=b)`` picks the ``out`` overload. The real kernel is the direct binding (every check and message is the library's); the fake
-kernel allocates what the binding allocates, so shapes and strides agree under tracing.
+q_out=a, k_out=b)`` picks the ``out`` overload. The real kernel is the direct binding (every check
+and message is the library's); the fake kernel allocates what the binding allocates, so shapes and
+strides agree under tracing. A scale is a one-element tensor or None (1.0): an operator argument
+cannot be a number or a tensor.
 
 ``ropepool.rope_pool_fused`` itself stays the direct C call in eager mode (its per-call overhead is
-a fraction of the operator's: bench/results/torch-op-cpu.md), and is substituted by this operator
-when Dynamo traces it (``register_compile_path``), so it compiles with ``fullgraph=True``.
+a fraction of the operator's: bench/results/torch-op-cpu.md), and is substituted by
+:func:`call_op` when Dynamo traces it (``register_compile_path``), so it compiles with
+``fullgraph=True``. Inductor then writes the pools in place. One case it does not: K and V pools
+that share a storage but reach the compiled function as two separate inputs (Inductor reinplaces at
+most one mutated argument per storage, and copies the other); views made inside the compiled
+function (``kv[0]``, ``kv[1]`` of a cache input or buffer) are written in place.
 """
 
 import torch
