@@ -96,14 +96,19 @@ def test_engine_pools_hold_each_sequences_rotated_keys_at_its_slots(ropepool):
         torch.testing.assert_close(a[used], b[used], rtol=0, atol=1e-6)
 
 
-def test_tensor_parallel_engine_on_one_rank_generates_the_same_tokens(ropepool):
-    """torch.distributed with one gloo rank: the collective path, runnable anywhere."""
+@pytest.mark.parametrize("backend", ["gloo", pytest.param("nccl", marks=pytest.mark.cuda)])
+def test_tensor_parallel_engine_on_one_rank_generates_the_same_tokens(ropepool, backend):
+    """torch.distributed with one rank: the collective path (gloo on the CPU, NCCL on a GPU)."""
     import torch.distributed as dist
 
-    model = te.tiny_model("qwen2-yarn")
+    device = "cuda" if backend == "nccl" else "cpu"
+    if device == "cuda" and not (torch.cuda.is_available() and ropepool.has_cuda()):
+        pytest.skip("needs a GPU and ropepool's CUDA backend")
+    model = te.tiny_model("qwen2-yarn", device=device)
     prompts = te.random_prompts(model.config.vocab_size, LENGTHS)
     alone = te.Engine(model).generate(prompts, NEW_TOKENS)
-    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29541", rank=0, world_size=1)
+    port = 29541 if backend == "gloo" else 29543
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     try:
         assert te.Engine(model, group=dist.group.WORLD).generate(prompts, NEW_TOKENS)[0] == alone[0]
     finally:
@@ -147,19 +152,3 @@ def test_engine_generates_transformers_tokens_in_bf16_on_cuda(ropepool, config):
     compared, close_calls = compare(tokens, logits, want, lambda ref: 8 * 2**-8 * float(ref.abs().max()))
     print(f"{config}: {compared} tokens compared, {close_calls} steps within the bf16 tolerance")
     assert compared >= len(LENGTHS)  # at least the first token of each sequence
-
-
-@pytest.mark.cuda
-def test_tensor_parallel_engine_on_one_nccl_rank_generates_the_same_tokens(ropepool):
-    if not (torch.cuda.is_available() and ropepool.has_cuda()):
-        pytest.skip("needs a GPU and ropepool's CUDA backend")
-    import torch.distributed as dist
-
-    model = te.tiny_model("llama3", device="cuda")
-    prompts = te.random_prompts(model.config.vocab_size, LENGTHS)
-    alone = te.Engine(model).generate(prompts, NEW_TOKENS)
-    dist.init_process_group("nccl", init_method="tcp://127.0.0.1:29543", rank=0, world_size=1)
-    try:
-        assert te.Engine(model, group=dist.group.WORLD).generate(prompts, NEW_TOKENS)[0] == alone[0]
-    finally:
-        dist.destroy_process_group()
