@@ -24,6 +24,12 @@ static const char usage[] =
     "  --preset NAME       model shape (default llama3-8b); --list-presets shows them all\n"
     "  --shape HQ/HK/D     a custom shape instead of a preset, e.g. 32/8/128\n"
     "  --rope-base X       rope_theta (default: the preset's; 10000 for --shape)\n"
+    "  --style neox|gptj   RoPE pair style (default: the preset's; neox for --shape)\n"
+    "  --rotary-dim R      rotate the first R dims of each head, pass the rest (0 = head_dim;\n"
+    "                      default: the preset's)\n"
+    "  --rope-scaling none rope_base's own table and attention scaling 1 instead of the preset's\n"
+    "                      llama3/yarn/longrope table (with --style neox --rotary-dim 0: the\n"
+    "                      seed's variant of the same shape, to compare against)\n"
     "  -T, --tokens LIST   token counts, comma-separated\n"
     "                      (default cpu 1,16,256,4096,16384; cuda 1,64,256,1024,4096,16384,65536)\n"
     "  --dtype LIST        f32, f16, bf16, comma-separated (default cpu f32, cuda bf16)\n"
@@ -38,6 +44,9 @@ static const char usage[] =
     "  --seed N            seed of the random inputs (default 1)\n"
     "  --seconds S         timing budget per T and variant (default 0.25)\n"
     "  --no-unfused        skip the unfused baseline\n"
+    "  --baseline seed     cpu: the second series is the seed's call (NeoX, whole head, rope_base's\n"
+    "                      table, s = 1) on the same buffers instead of the unfused one, its samples\n"
+    "                      interleaved with the variant's: the variant's cost side by side\n"
     "  --hugepages         back host buffers (the KV pools too) with transparent huge pages\n"
     "  --no-verify         skip the verification against the reference\n"
     "  --json FILE         write every figure, the machine and the build as JSON\n"
@@ -156,7 +165,8 @@ static int parse_shape(const char *arg, bench_options *o)
     if (v[0] % v[1])
         return fail("--shape: %lld query heads are not a multiple of %lld kv heads", (long long)v[0],
                     (long long)v[1]);
-    o->shape = (bench_shape){"custom", "custom shape", v[0], v[1], v[2], 10000.0};
+    o->shape = (bench_shape){"custom", "custom shape", v[0], v[1], v[2], 10000.0, RP_ROPE_NEOX, 0,
+                             BENCH_ROPE_DEFAULT, 0.0, 0.0, 0.0, 0.0};
     return 0;
 }
 
@@ -164,10 +174,16 @@ static void list_presets(void)
 {
     int n;
     const bench_shape *p = bench_presets(&n);
-    printf("%-16s %4s %4s %4s %10s  %s\n", "preset", "Hq", "Hk", "D", "rope_base", "model");
-    for (int i = 0; i < n; i++)
-        printf("%-16s %4lld %4lld %4lld %10.0f  %s\n", p[i].name, (long long)p[i].hq,
-               (long long)p[i].hk, (long long)p[i].d, p[i].rope_base, p[i].model);
+    printf("%-16s %4s %4s %4s %10s  %-60s %s\n", "preset", "Hq", "Hk", "D", "rope_base", "variant", "model");
+    for (int i = 0; i < n; i++) {
+        double scaling;
+        double table[512];
+        char variant[128];
+        bench_rope_table(&p[i], table, &scaling);
+        printf("%-16s %4lld %4lld %4lld %10.0f  %-60s %s\n", p[i].name, (long long)p[i].hq,
+               (long long)p[i].hk, (long long)p[i].d, p[i].rope_base,
+               bench_variant_text(&p[i], scaling, variant, sizeof variant), p[i].model);
+    }
 }
 
 static void list_backends(void)
@@ -204,7 +220,8 @@ int bench_parse_args(int argc, char **argv, bench_options *o)
     o->verify = 1;
     record_command(argc, argv, o);
     double rope_base = 0;
-    int have_preset = 0, have_shape = 0;
+    int have_preset = 0, have_shape = 0, style = -1, no_scaling = 0;
+    int64_t rotary_dim = -1;
 
     for (int i = 1; i < argc; i++) {
         char opt[64];
@@ -247,7 +264,8 @@ int bench_parse_args(int argc, char **argv, bench_options *o)
         static const char *const valued[] = {"--preset", "--shape", "--rope-base", "--tokens",
                                              "--dtype", "--backend", "--threads", "--pool",
                                              "--max-pos", "--index", "--sets", "--seed",
-                                             "--seconds", "--json", "--svg"};
+                                             "--seconds", "--json", "--svg", "--style",
+                                             "--rotary-dim", "--rope-scaling", "--baseline"};
         int known = 0;
         for (size_t j = 0; j < sizeof valued / sizeof valued[0]; j++)
             known |= strcmp(opt, valued[j]) == 0;
@@ -282,6 +300,21 @@ int bench_parse_args(int argc, char **argv, bench_options *o)
             rope_base = strtod(arg, &end);
             if (*arg == '\0' || *end != '\0' || !(rope_base > 0) || rope_base > 1e300)
                 return fail("--rope-base: '%s' is not a positive finite number", arg);
+        } else if (!strcmp(opt, "--style")) {
+            if (strcmp(arg, "neox") && strcmp(arg, "gptj"))
+                return fail("--style: unknown style '%s' (known: neox, gptj)", arg);
+            style = strcmp(arg, "gptj") == 0 ? RP_ROPE_GPTJ : RP_ROPE_NEOX;
+        } else if (!strcmp(opt, "--rotary-dim")) {
+            if (!parse_int(arg, 0, 1024, &rotary_dim) || rotary_dim % 2)
+                return fail("--rotary-dim: '%s' is not an even dim count from 0 to 1024", arg);
+        } else if (!strcmp(opt, "--baseline")) {
+            if (strcmp(arg, "seed") && strcmp(arg, "unfused"))
+                return fail("--baseline: unknown baseline '%s' (known: unfused, seed)", arg);
+            o->baseline_seed = strcmp(arg, "seed") == 0;
+        } else if (!strcmp(opt, "--rope-scaling")) {
+            if (strcmp(arg, "none"))
+                return fail("--rope-scaling: '%s' is not 'none' (the presets carry their own scaling)", arg);
+            no_scaling = 1;
         } else if (!strcmp(opt, "--tokens")) {
             if (parse_list(opt, arg, 1, BENCH_MAX_TOKENS, "a token count", o->tokens, &o->num_tokens))
                 return -1;
@@ -349,6 +382,16 @@ int bench_parse_args(int argc, char **argv, bench_options *o)
         return fail("--preset and --shape both name a shape; give one");
     if (rope_base > 0)
         o->shape.rope_base = rope_base;
+    if (style >= 0)
+        o->shape.style = style;
+    if (rotary_dim >= 0)
+        o->shape.rotary_dim = rotary_dim;
+    if (no_scaling)
+        o->shape.scaling = BENCH_ROPE_DEFAULT;
+    if (o->shape.rotary_dim > o->shape.d)
+        return fail("--rotary-dim %lld exceeds head_dim %lld", (long long)o->shape.rotary_dim,
+                    (long long)o->shape.d);
+    o->has_table = bench_rope_table(&o->shape, o->inv_freq, &o->attention_scaling);
     if (o->index_dtype == RP_I32 && o->max_position > INT32_MAX)
         return fail("--max-pos %lld does not fit --index i32", (long long)o->max_position);
     return 0;
@@ -378,6 +421,10 @@ int bench_options_for(const bench_options *o, int backend, bench_options *out)
     if (!out->sets)
         out->sets = cpu ? 1 : BENCH_SETS_COLD;
     const char *name = cpu ? "cpu" : "cuda";
+    if (!cpu && out->baseline_seed && out->unfused) {
+        fprintf(stderr, "ropepool-bench: cuda: --baseline seed is implemented for the cpu backend only\n");
+        return -1;
+    }
     const int64_t largest = out->tokens[out->num_tokens - 1];
     if (largest > out->pool_size) {
         fprintf(stderr, "ropepool-bench: %s: T = %lld exceeds the pool's %lld slots (each token "

@@ -30,13 +30,34 @@ enum {
 
 /* ---- shapes ------------------------------------------------------------------------------------ */
 
+/* How a preset's frequencies are made (transformers' rope types). */
+enum bench_rope_scaling {
+    BENCH_ROPE_DEFAULT = 0, /* rope_base^(-2j/R): the library's own table, attention scaling 1 */
+    BENCH_ROPE_LLAMA3 = 1,  /* Llama 3.1: low-frequency division by factor, smooth in between */
+    BENCH_ROPE_YARN = 2,    /* YaRN: ramp between interpolation and extrapolation, 0.1 ln(factor) + 1 */
+    BENCH_ROPE_LONGROPE = 3 /* LongRoPE (Phi-3): per-frequency factors, sqrt(1 + ln f / ln L0) */
+};
+
 /* One attention layer's shape; for models normally run tensor-parallel, one GPU's shard. */
 typedef struct bench_shape {
     const char *name;  /* preset name on the command line, e.g. "llama3-8b" */
     const char *model; /* what it is, e.g. "Llama-3-8B" */
     int64_t hq, hk, d;
     double rope_base;
+    /* The RoPE variant (all zero: the seed's NeoX over the whole head, rope_base's table). */
+    int32_t style;       /* rp_rope_style */
+    int64_t rotary_dim;  /* R; 0 = d */
+    int scaling;         /* enum bench_rope_scaling */
+    double factor;       /* the scaling factor */
+    double original_max; /* original_max_position_embeddings */
+    double low, high;    /* llama3: low/high_freq_factor; yarn: beta_slow/beta_fast */
 } bench_shape;
+
+/* "neox R=128/128, rope_base's table" or "gptj R=64/256, llama3 table, s=1.19" */
+const char *bench_variant_text(const bench_shape *s, double attention_scaling, char *buf, size_t size);
+/* The shape's frequencies into inv_freq[R/2] and its attention scaling (float64, transformers'
+ * formulas). Returns 0 for BENCH_ROPE_DEFAULT (no table: the library uses rope_base's). */
+int bench_rope_table(const bench_shape *s, double *inv_freq, double *attention_scaling);
 
 /* The preset named `name`, or NULL. */
 const bench_shape *bench_find_preset(const char *name);
@@ -64,10 +85,16 @@ typedef struct bench_options {
     uint64_t seed;
     double seconds;      /* timing budget per measured (T, variant) */
     int unfused;         /* time the rotate-then-scatter baseline too */
+    int baseline_seed;   /* CPU: the baseline is instead the seed's call (NeoX, R = D, rope_base's
+                            table, s = 1) on the same buffers: the variant's cost, side by side */
     int verify;
     int hugepages;       /* back host buffers with transparent huge pages (madvise) */
     const char *json_path, *svg_path;
     char command[1024];  /* the command line, for the JSON */
+    /* The shape's RoPE table (bench_rope_table), filled once the options are parsed. */
+    int has_table;
+    double inv_freq[512];
+    double attention_scaling;
 } bench_options;
 
 /* Parses argv into *o. Returns 0 to run, 1 when it printed help or a list and the program should
@@ -85,7 +112,15 @@ typedef struct bench_layout {
     int64_t hq, hk, d, pool_size;
     double rope_base;
     rp_dtype dtype, index_dtype;
+    /* The RoPE variant of every call (bench_layout_set_variant; all zero: the seed's). */
+    int32_t style;
+    int64_t rotary_dim;
+    const double *inv_freq;
+    double attention_scaling;
 } bench_layout;
+
+/* Gives L the variant of o's shape: style, rotary_dim, and o's table and attention scaling. */
+void bench_layout_set_variant(bench_layout *L, const bench_options *o);
 
 /* The nine buffers of a call, on the host or the device, each holding `tokens` rows (pools:
  * pool_size rows). */
@@ -182,6 +217,7 @@ typedef struct bench_run {
     double roofline_bytes_per_s;
     char roofline_what[160];
     int unfused;
+    int baseline_seed;  /* the second series is the seed's call (bench_options.baseline_seed) */
     int num_points;
     bench_point points[BENCH_MAX_LIST];
 } bench_run;

@@ -108,10 +108,12 @@ done:
 /* ---- calls ------------------------------------------------------------------------------------- */
 
 typedef struct cpu_bench {
-    bench_layout L;
+    bench_layout L, seed_L; /* seed_L: L with the seed's variant (--baseline seed) */
+    int baseline_seed;
+    int verify_seed;         /* the last run_once ran the seed baseline: verify against seed_L */
     bench_buffers buf; /* inputs from a bench_inputs, outputs and pools owned here */
     rp_context *ctx;
-    rp_rope_pool_args *args; /* one per input set of the current T */
+    rp_rope_pool_args *args, *seed_args; /* one per input set of the current T */
 } cpu_bench;
 
 /* Call arguments for each input set of calls of T tokens. */
@@ -119,11 +121,22 @@ static int prepare_sets(cpu_bench *c, int64_t T, int64_t sets, char *msg, size_t
 {
     const rp_device host = {RP_DEVICE_CPU, 0};
     free(c->args);
-    if (!(c->args = bench_set_args(&c->L, &c->buf, T, sets, host, NULL))) {
+    free(c->seed_args);
+    c->seed_args = NULL;
+    if (!(c->args = bench_set_args(&c->L, &c->buf, T, sets, host, NULL)) ||
+        (c->baseline_seed && !(c->seed_args = bench_set_args(&c->seed_L, &c->buf, T, sets, host, NULL)))) {
         snprintf(msg, msg_size, "out of memory for %lld call arguments", (long long)sets);
         return -1;
     }
     return 0;
+}
+
+/* Series v: 0 the call under test (fused), 1 the baseline (unfused, or the seed's fused call). */
+static int cpu_series(cpu_bench *c, int v, int64_t sets, int64_t n, int64_t *next, char *msg, size_t msg_size)
+{
+    if (v == 1 && c->baseline_seed)
+        return bench_calls(c->ctx, 1, c->seed_args, sets, n, next, msg, msg_size);
+    return bench_calls(c->ctx, v == 0, c->args, sets, n, next, msg, msg_size);
 }
 
 static int cpu_run_once(void *self, int64_t T, int64_t sets, int fused, char *msg, size_t msg_size)
@@ -132,7 +145,8 @@ static int cpu_run_once(void *self, int64_t T, int64_t sets, int fused, char *ms
     int64_t next = 0;
     if (prepare_sets(c, T, sets, msg, msg_size))
         return -1;
-    return bench_calls(c->ctx, fused, c->args, sets, sets, &next, msg, msg_size);
+    c->verify_seed = !fused && c->baseline_seed;
+    return cpu_series(c, !fused, sets, sets, &next, msg, msg_size);
 }
 
 static int cpu_time(void *self, int64_t T, int64_t sets, int variants, double seconds,
@@ -148,12 +162,12 @@ static int cpu_time(void *self, int64_t T, int64_t sets, int variants, double se
     double samples = 1000;
     for (int v = 0; v < variants; v++) {
         int64_t calls = 0;
-        if (bench_calls(c->ctx, v == 0, c->args, sets, sets, &next[v], msg, msg_size))
+        if (cpu_series(c, v, sets, sets, &next[v], msg, msg_size))
             return -1;
         const double t0 = bench_now();
         double elapsed;
         do {
-            if (bench_calls(c->ctx, v == 0, c->args, sets, 1, &next[v], msg, msg_size))
+            if (cpu_series(c, v, sets, 1, &next[v], msg, msg_size))
                 return -1;
             calls++;
         } while ((elapsed = bench_now() - t0) < 0.02);
@@ -171,7 +185,7 @@ static int cpu_time(void *self, int64_t T, int64_t sets, int variants, double se
     for (int i = 0; i < n && rc == 0; i++)
         for (int v = 0; v < variants && rc == 0; v++) {
             const double start = bench_now();
-            rc = bench_calls(c->ctx, v == 0, c->args, sets, batch[v], &next[v], msg, msg_size);
+            rc = cpu_series(c, v, sets, batch[v], &next[v], msg, msg_size);
             per_call[v * n + i] = (bench_now() - start) / (double)batch[v];
         }
     for (int v = 0; v < variants && rc == 0; v++)
@@ -199,7 +213,7 @@ static int cpu_poison(void *self, int64_t tokens, char *msg, size_t msg_size)
 static int cpu_verify(void *self, int64_t tokens, bench_check *chk, char *msg, size_t msg_size)
 {
     cpu_bench *c = self;
-    return bench_verify(&c->L, &c->buf, tokens, chk, msg, msg_size);
+    return bench_verify(c->verify_seed ? &c->seed_L : &c->L, &c->buf, tokens, chk, msg, msg_size);
 }
 
 int bench_cpu_runs(const bench_options *o, rp_dtype dtype, double roofline, const char *roofline_what,
@@ -209,7 +223,10 @@ int bench_cpu_runs(const bench_options *o, rp_dtype dtype, double roofline, cons
     cpu_bench c;
     memset(&c, 0, sizeof c);
     c.L = (bench_layout){o->shape.hq, o->shape.hk, o->shape.d, o->pool_size, o->shape.rope_base,
-                         dtype, o->index_dtype};
+                         dtype, o->index_dtype, 0, 0, NULL, 0.0};
+    c.seed_L = c.L;
+    bench_layout_set_variant(&c.L, o);
+    c.baseline_seed = o->baseline_seed;
     const int64_t arena = bench_arena_tokens(o, &c.L, m->llc_bytes);
     bench_inputs in;
     bench_progress("cpu %s: drawing inputs for %lld tokens", rp_dtype_name(dtype), (long long)arena);
@@ -252,6 +269,7 @@ int bench_cpu_runs(const bench_options *o, rp_dtype dtype, double roofline, cons
         run->roofline_bytes_per_s = roofline;
         snprintf(run->roofline_what, sizeof run->roofline_what, "%s", roofline_what);
         run->unfused = o->unfused;
+        run->baseline_seed = o->baseline_seed && o->unfused;
 
         rp_context_options opts = {0};
         opts.num_threads = o->threads[i];
@@ -270,6 +288,7 @@ int bench_cpu_runs(const bench_options *o, rp_dtype dtype, double roofline, cons
     rc = 0;
 done:
     free(c.args);
+    free(c.seed_args);
     free(c.buf.q_rot);
     free(c.buf.k_rot);
     free(c.buf.k_pool);

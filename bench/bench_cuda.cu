@@ -374,7 +374,8 @@ int run_dtype(cuda_bench *c, const bench_options *o, rp_dtype dtype, bench_repor
     CUDA_TRY(cudaEventCreate(&c->stop));
     c->blocks = prop.multiProcessorCount * 8;
     c->L = bench_layout{o->shape.hq, o->shape.hk, o->shape.d, o->pool_size, o->shape.rope_base, dtype,
-                        o->index_dtype};
+                        o->index_dtype, 0, 0, NULL, 0.0};
+    bench_layout_set_variant(&c->L, o);
     const double l2 = (double)prop.l2CacheSize;
     c->arena = bench_arena_tokens(o, &c->L, l2);
     if (rep->num_runs == BENCH_MAX_RUNS) {

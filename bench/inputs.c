@@ -160,7 +160,19 @@ rp_rope_pool_args bench_call_args(const bench_layout *L, const bench_buffers *b,
     a.num_qo_heads = L->hq;
     a.num_kv_heads = L->hk;
     a.rope_base = L->rope_base;
+    a.style = L->style;
+    a.rotary_dim = L->rotary_dim;
+    a.inv_freq = L->inv_freq;
+    a.attention_scaling = L->attention_scaling;
     return a;
+}
+
+void bench_layout_set_variant(bench_layout *L, const bench_options *o)
+{
+    L->style = o->shape.style;
+    L->rotary_dim = o->shape.rotary_dim;
+    L->inv_freq = o->has_table ? o->inv_freq : NULL;
+    L->attention_scaling = o->has_table ? o->attention_scaling : 0.0;
 }
 
 rp_rope_pool_args *bench_set_args(const bench_layout *L, const bench_buffers *b, int64_t T,
@@ -186,7 +198,7 @@ int bench_verify(const bench_layout *L, const bench_buffers *b, int64_t tokens, 
         snprintf(msg, msg_size, "verification: the outputs do not form a valid call: %s", why);
         return -1;
     }
-    double freq[512]; /* head_dim <= 1024 */
+    double freq[512]; /* head_dim <= 1024; a caller table is used as given */
     rp_problem_fill_freq(&p, freq);
     rp_verify_result r;
     rp_ref_verify(&p, &r);

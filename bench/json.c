@@ -116,6 +116,7 @@ static void run(json *j, const bench_run *r)
     str(j, "index_dtype", rp_dtype_name(r->layout.index_dtype));
     if (r->backend == BENCH_CPU)
         integer(j, "threads", r->threads);
+    str(j, "baseline", r->baseline_seed ? "seed_call" : "unfused");
     integer(j, "pool_size", r->layout.pool_size);
     integer(j, "max_position", r->max_position);
     if (r->sets_option == BENCH_SETS_COLD)
@@ -184,6 +185,11 @@ int bench_write_json(const char *path, const bench_report *rep, char *msg, size_
     integer(&j, "num_kv_heads", o->shape.hk);
     integer(&j, "head_dim", o->shape.d);
     num(&j, "rope_base", o->shape.rope_base);
+    str(&j, "style", o->shape.style == RP_ROPE_GPTJ ? "gptj" : "neox");
+    integer(&j, "rotary_dim", o->shape.rotary_dim ? o->shape.rotary_dim : o->shape.d);
+    static const char *const scalings[] = {"default", "llama3", "yarn", "longrope"};
+    str(&j, "rope_scaling", scalings[o->shape.scaling]);
+    num(&j, "attention_scaling", o->attention_scaling);
     leave(&j, '}');
     key(&j, "seed");
     fprintf(j.f, "%llu", (unsigned long long)o->seed);

@@ -1,20 +1,47 @@
 /*
  * presets.c — attention shapes of real models, as one GPU of their usual deployment sees them
  * (Llama-3-70B is normally tensor-parallel over 8 GPUs: 64/8 heads become 8/1 per GPU).
- * rope_base is each model's published rope_theta.
+ * rope_base is each model's published rope_theta. The second group are RoPE variants, each as
+ * its config.json states it: llama3/YaRN/LongRoPE frequency scaling (rope_table.c), GPT-J pairs,
+ * partial rotary.
  */
 #include "bench.h"
 
 #include <string.h>
 
 static const bench_shape presets[] = {
-    {"llama3-8b", "Llama-3-8B", 32, 8, 128, 500000.0},
-    {"llama3-70b-tp8", "Llama-3-70B, one GPU of tensor-parallel 8", 8, 1, 128, 500000.0},
-    {"qwen2.5-7b", "Qwen2.5-7B", 28, 4, 128, 1000000.0},
-    {"mistral-7b", "Mistral-7B v0.3", 32, 8, 128, 1000000.0},
-    {"gemma2-9b", "Gemma-2-9B", 16, 8, 256, 10000.0},
-    {"phi3-mini", "Phi-3-mini", 32, 32, 96, 10000.0},
-    {"tinyllama-1.1b", "TinyLlama-1.1B (head_dim 64)", 32, 4, 64, 10000.0},
+    {.name = "llama3-8b", .model = "Llama-3-8B", .hq = 32, .hk = 8, .d = 128, .rope_base = 500000.0},
+    {.name = "llama3-70b-tp8", .model = "Llama-3-70B, one GPU of tensor-parallel 8", .hq = 8, .hk = 1, .d = 128, .rope_base = 500000.0},
+    {.name = "qwen2.5-7b", .model = "Qwen2.5-7B", .hq = 28, .hk = 4, .d = 128, .rope_base = 1000000.0},
+    {.name = "mistral-7b", .model = "Mistral-7B v0.3", .hq = 32, .hk = 8, .d = 128, .rope_base = 1000000.0},
+    {.name = "gemma2-9b", .model = "Gemma-2-9B", .hq = 16, .hk = 8, .d = 256, .rope_base = 10000.0},
+    {.name = "phi3-mini", .model = "Phi-3-mini", .hq = 32, .hk = 32, .d = 96, .rope_base = 10000.0},
+    {.name = "tinyllama-1.1b", .model = "TinyLlama-1.1B (head_dim 64)", .hq = 32, .hk = 4, .d = 64, .rope_base = 10000.0},
+    /* rope_scaling {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4,
+     * "original_max_position_embeddings": 8192} */
+    {.name = "llama3.1-8b", .model = "Llama-3.1-8B (llama3 scaling)", .hq = 32, .hk = 8, .d = 128,
+     .rope_base = 500000.0, .scaling = BENCH_ROPE_LLAMA3, .factor = 8, .original_max = 8192, .low = 1,
+     .high = 4},
+    /* Qwen's README for 128K contexts: {"type": "yarn", "factor": 4,
+     * "original_max_position_embeddings": 32768}; beta_fast 32, beta_slow 1 (transformers' defaults) */
+    {.name = "qwen2.5-7b-yarn", .model = "Qwen2.5-7B with YaRN x4", .hq = 28, .hk = 4, .d = 128,
+     .rope_base = 1000000.0, .scaling = BENCH_ROPE_YARN, .factor = 4, .original_max = 32768, .low = 1,
+     .high = 32},
+    /* longrope, original_max_position_embeddings 4096, max_position_embeddings 131072 (factor 32);
+     * the long_factor list is a plausible smooth one, not Phi-3's own (rope_table.c) */
+    {.name = "phi3-mini-128k", .model = "Phi-3-mini-128k (LongRoPE, plausible factors)", .hq = 32, .hk = 32,
+     .d = 96, .rope_base = 10000.0, .scaling = BENCH_ROPE_LONGROPE, .factor = 32, .original_max = 4096},
+    /* n_head 16, n_embd 4096, rotary_dim 64: interleaved pairs on the first quarter of each head */
+    {.name = "gpt-j-6b", .model = "GPT-J-6B (GPT-J pairs, rotary_dim 64)", .hq = 16, .hk = 16, .d = 256,
+     .rope_base = 10000.0, .style = RP_ROPE_GPTJ, .rotary_dim = 64},
+    /* num_attention_heads 64, hidden_size 6144, rotary_pct 0.25: 24 of 96 dims; the whole model
+     * (41 GB in bf16) fits one 80 GB+ GPU, so one GPU sees all 64 heads */
+    {.name = "gpt-neox-20b", .model = "GPT-NeoX-20B (rotary_pct 0.25)", .hq = 64, .hk = 64, .d = 96,
+     .rope_base = 10000.0, .rotary_dim = 24},
+    /* num_attention_heads 32, multi_query_group_num 2, kv_channels 128, partial_rotary_factor 0.5,
+     * interleaved pairs (transformers' Glm4 rotates x[0::2], x[1::2]) */
+    {.name = "glm4-9b", .model = "GLM-4-9B (GPT-J pairs, partial 0.5)", .hq = 32, .hk = 2, .d = 128,
+     .rope_base = 10000.0, .style = RP_ROPE_GPTJ, .rotary_dim = 64},
 };
 
 const bench_shape *bench_presets(int *count)

@@ -45,6 +45,8 @@ void bench_print_banner(const bench_options *o)
     printf("machine: %s, %d CPUs, last-level cache %.0f MiB, memory %.1f GiB, %s\n", m->cpu,
            m->online_cpus, m->llc_bytes / 1048576.0, m->memory_bytes / 1073741824.0, m->os);
     printf("build: %s, %s%s\n", m->compiler, m->build_type, m->cuda_compiled ? ", CUDA timing compiled" : "");
+    char variant[160];
+    printf("rope: %s\n", bench_variant_text(&o->shape, o->attention_scaling, variant, sizeof variant));
     if (o->hugepages)
         printf("host buffers: transparent huge pages requested (madvise)\n");
     fflush(stdout);
@@ -65,10 +67,15 @@ void bench_print_run_header(const bench_run *run)
     printf("\n  pool %lld slots, positions < %lld, %s indices, %s\n", (long long)L->pool_size,
            (long long)run->max_position, rp_dtype_name(L->index_dtype), sets);
     printf("  roofline %.1f GB/s: %s\n", run->roofline_bytes_per_s / 1e9, run->roofline_what);
+    printf("  (%%roof: the call's bytes per second over that memory roofline; above 100%% the call's\n"
+           "  data sat in the cache, as at small T with one input set: see --sets cold)\n");
     printf("  %7s %5s %10s %7s %6s", "T", "sets", "fused", "GB/s", "%roof");
     if (run->unfused)
-        printf(" %10s %6s %7s", "unfused", "%roof", "fusion");
-    printf("  verified (max error / bound)\n");
+        printf(" %10s %6s %7s", run->baseline_seed ? "seed call" : "unfused", "%roof",
+               run->baseline_seed ? "var/seed" : "fusion");
+    printf(!run->unfused ? "  verified (max error / bound)\n"
+           : run->baseline_seed ? "  verified fused / seed call (max error / bound)\n"
+                                : "  verified fused / unfused (max error / bound)\n");
     fflush(stdout);
 }
 
@@ -93,7 +100,8 @@ void bench_print_point(const bench_run *run, const bench_point *pt)
            100.0 * pt->op_bytes / f->median_s / roof);
     if (run->unfused)
         printf(" %10s %5.1f%% %6.2fx", bench_format_time(u->median_s, t2, sizeof t2),
-               100.0 * pt->op_bytes / u->median_s / roof, u->median_s / f->median_s);
+               100.0 * pt->op_bytes / u->median_s / roof,
+               run->baseline_seed ? f->median_s / u->median_s : u->median_s / f->median_s);
     printf("  %s", verdict(&pt->fused.check, v1, sizeof v1));
     if (run->unfused)
         printf(" / %s", verdict(&pt->unfused.check, v2, sizeof v2));

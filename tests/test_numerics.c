@@ -74,6 +74,14 @@ static void verify_fixture(fixture *f, const char *what, double *worst)
 
 static const rp_dtype dtypes[3] = {RP_F32, RP_F16, RP_BF16};
 
+/* Prints a level's worst error over the bound; the reference's must be 0. */
+static void report_worst(const level *lv, double worst)
+{
+    printf("  %-9s worst |error|/bound = %.3f\n", lv->name, worst);
+    if (strcmp(lv->name, "reference") == 0)
+        CHECK(worst == 0.0, "the reference must be the float64 formula rounded once, worst %g", worst);
+}
+
 static void test_every_level_within_bound_at_extreme_positions(void)
 {
     static const int64_t dims[][3] = {{8, 2, 128}, {4, 4, 64}, {2, 1, 256}, {3, 1, 96}, {2, 2, 2}, {1, 1, 34}};
@@ -93,9 +101,7 @@ static void test_every_level_within_bound_at_extreme_positions(void)
                     verify_fixture(&f, what, &worst);
                     fixture_free(&f);
                 }
-        printf("  %-9s worst |error|/bound = %.3f\n", levels[l].name, worst);
-        if (strcmp(levels[l].name, "reference") == 0)
-            CHECK(worst == 0.0, "the reference must be the float64 formula rounded once, worst %g", worst);
+        report_worst(&levels[l], worst);
     }
 }
 
@@ -122,9 +128,7 @@ static void test_every_level_serves_every_variant(void)
                     verify_fixture(&f, what, &worst);
                     fixture_free(&f);
                 }
-        printf("  %-9s worst |error|/bound = %.3f\n", levels[l].name, worst);
-        if (strcmp(levels[l].name, "reference") == 0)
-            CHECK(worst == 0.0, "the reference must be the float64 formula rounded once, worst %g", worst);
+        report_worst(&levels[l], worst);
     }
 }
 

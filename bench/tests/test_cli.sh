@@ -51,6 +51,10 @@ expect_error zero_threads "'0' is not a thread count" --threads 0
 expect_error odd_head_dim "head_dim 127 is odd" --shape 32/8/127
 expect_error preset_and_shape "give one" --preset llama3-8b --shape 8/8/64
 expect_error bad_seconds "is not a time" --seconds 0
+expect_error unknown_style "unknown style 'rotate'" --style rotate
+expect_error odd_rotary_dim "'33' is not an even dim count" --rotary-dim 33
+expect_error rotary_dim_past_head_dim "--rotary-dim 130 exceeds head_dim 128" --rotary-dim 130
+expect_error unknown_scaling "'yarn' is not 'none'" --rope-scaling yarn
 expect_error json_not_writable "--json: cannot write" --json "$tmp/no/such/dir/r.json"
 
 # CUDA: without a usable GPU, asking for it by name is an error; with one, a short sweep passes.
@@ -83,6 +87,19 @@ if "$bench" --backend cpu --preset tinyllama-1.1b -T 1,8 --pool 4096 --threads 1
 else
     fail "short_sweep: exit status $?: $(cat "$tmp/err")"
 fi
+
+# RoPE variant presets run verified against the float64 reference (the banner names the variant):
+# GPT-J pairs on a partial head, and a caller table with attention scaling, each next to the seed call. (Each run measures the
+# memory roofline, ~25 s here, so not all six; the kernels' variants are test_numerics' job.)
+for preset in gpt-j-6b qwen2.5-7b-yarn; do
+    if "$bench" --backend cpu --preset "$preset" -T 3 --pool 4096 --threads 1 --seconds 0.01 --dtype bf16 --baseline seed \
+            >"$tmp/out" 2>"$tmp/err" && grep -q '^rope: ' "$tmp/out" &&
+            grep -qE '^ +3 +1 .* ok [0-9.]+ / ok [0-9.]+$' "$tmp/out"; then
+        echo "ok   variant_sweep $preset"
+    else
+        fail "variant_sweep $preset: $(cat "$tmp/out" "$tmp/err")"
+    fi
+done
 
 # Huge-page-backed buffers: same results, and the banner says so.
 if "$bench" --backend cpu --preset tinyllama-1.1b -T 4 --pool 4096 --threads 1 --seconds 0.02 --hugepages \

@@ -1,4 +1,4 @@
-"""ropepool: NeoX RoPE fused with the KV-cache pool write, on NumPy arrays and PyTorch tensors.
+"""ropepool: RoPE (NeoX, GPT-J, partial, scaled) fused with the KV-cache pool write, on NumPy and torch.
 
 The call of sglang's ``sgl_kernel.metal.rope_pool_fused``, backed by the C library libropepool::
 

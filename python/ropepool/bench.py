@@ -14,12 +14,15 @@ on torch CUDA tensors, where the figures are host wall time per call of an eager
 stream synchronised at the end of each batch), beside the GPU time per call (CUDA events around
 a CUDA graph of the same calls). ``--profile`` prints where the binding's time goes per call at
 the smallest T (argument parsing, array description, autograd checks, context and stream,
-outputs, the library call, version bumps and result), from ``_ropepool._profile``.
+outputs, the library call, version bumps and result), from ``_ropepool._profile``;
+``--fresh-outputs`` compares the ways fresh outputs' pages can be first touched
+(``ROPEPOOL_FRESH_OUTPUTS``, python/src/fresh_memory.c) at T >= 1024.
 
-    python -m ropepool.bench [--backend cpu|cuda] [-T 1,256,4096] [--rounds 5] [--profile]
+    python -m ropepool.bench [--backend cpu|cuda] [-T 1,256,4096] [--rounds 5] [--profile] [--fresh-outputs]
 """
 
 import argparse
+import os
 import resource
 import statistics
 import sys
@@ -64,13 +67,18 @@ def python_batch(arrays, calls, outs, sync):
     sync()
 
 
+CLOCK = time.perf_counter_ns  # --clock thread: time.thread_time_ns
+
+
 def timed(run, calls):
-    """(ns per call, minor faults per call) of run(calls)."""
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    start = time.perf_counter_ns()
+    """(ns per call, (minor faults, kernel-mode CPU ns) per call) of run(calls). The system time
+    is what page faults cost the process: less sensitive than wall time to other load."""
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    start = CLOCK()
     run(calls)
-    ns = (time.perf_counter_ns() - start) / calls
-    return ns, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / calls
+    ns = (CLOCK() - start) / calls
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    return ns, ((after.ru_minflt - before.ru_minflt) / calls, (after.ru_stime - before.ru_stime) * 1e9 / calls)
 
 
 def methods_for(T, P, backend, torch):
@@ -140,7 +148,7 @@ def calibrate(run, budget_s):
         calls *= 4
 
 
-def measure(T, P, backend, torch, rounds, budget_s):
+def measure(T, P, backend, torch, rounds, budget_s, stat):
     methods = methods_for(T, P, backend, torch)
     calls = {name: calibrate(run, budget_s) for name, run in methods.items()}
     samples = {name: [] for name in methods}
@@ -148,45 +156,93 @@ def measure(T, P, backend, torch, rounds, budget_s):
     for _ in range(rounds):
         for name, run in methods.items():
             if name == "gpu":
-                ns, f = run(calls[name]), 0.0
+                ns, f = run(calls[name]), (0.0, 0.0)
             else:
                 ns, f = timed(run, calls[name])
             samples[name].append(ns)
             faults[name].append(f)
-    return {name: (statistics.median(samples[name]), statistics.median(faults[name])) for name in methods}
+    pick = min if stat == "min" else statistics.median
+    return {name: (pick(samples[name]), tuple(statistics.median(f[i] for f in faults[name])
+                                                          for i in range(2))) for name in methods}
 
 
-def profile(backend, torch, P, calls=20000):
-    """The binding's stages at T = 1, torch tensors (NumPy on a CPU without torch)."""
+def profile(backend, torch, P, calls=20000, batches_of=40):
+    """The binding's stages at T = 1: NumPy and torch CPU tensors, or torch CUDA tensors."""
     base = make_arrays(1, P)
-    arrays = [base[n] for n in ORDER]
-    label = "numpy"
+    frameworks = {}
+    if backend == "cpu":
+        frameworks["numpy"] = [base[n] for n in ORDER]
     if torch is not None:
-        arrays = [torch.from_numpy(a) for a in arrays]
-        label = "torch cpu"
-        if backend == "cuda":
-            arrays = [a.cuda() for a in arrays]
-            label = "torch cuda"
-    outs = (arrays[0].copy() if label == "numpy" else arrays[0].clone(),
-            arrays[1].copy() if label == "numpy" else arrays[1].clone())
+        device = "cuda" if backend == "cuda" else "cpu"
+        frameworks[f"torch {device}"] = [torch.from_numpy(base[n]).to(device) for n in ORDER]
     sync = torch.cuda.synchronize if backend == "cuda" else (lambda: None)
-    print(f"\nWhere a call's host time goes (T = 1, {label}, {calls} calls, mean ns per call):")
-    print("| call | arguments | arrays | autograd | context_stream | outputs | library_call | finish | total |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for name, o in (("fresh", None), ("q_out/k_out", outs)):
-        python_batch(arrays, 1000, o, sync)
-        _ropepool._profile(True)
-        python_batch(arrays, calls, o, sync)
-        stages = _ropepool._profile(False)
-        keys = ["arguments", "arrays", "autograd", "context_stream", "outputs", "library_call", "finish"]
-        total = sum(stages[k] for k in keys)
-        print(f"| {name} | " + " | ".join(f"{stages[k]:.0f}" for k in keys) + f" | {total:.0f} |")
+    keys = ["arguments", "arrays", "autograd", "context_stream", "outputs", "library_call", "finish"]
+    print(f"\nWhere a call's host time goes (T = 1; {calls} calls in {batches_of} batches; ns per call, the least "
+          "batch mean of each stage):")
+    print("| call | " + " | ".join(keys) + " | total |")
+    print("| --- |" + " ---: |" * (len(keys) + 1))
+    for label, arrays in frameworks.items():
+        copy = (lambda a: a.copy()) if label == "numpy" else (lambda a: a.clone())
+        for name, o in (("fresh", None), ("q_out/k_out", (copy(arrays[0]), copy(arrays[1])))):
+            python_batch(arrays, 1000, o, sync)
+            batches = []
+            for _ in range(batches_of):
+                _ropepool._profile(True)
+                python_batch(arrays, calls // batches_of, o, sync)
+                batches.append(_ropepool._profile(False))
+            # the least of each stage over the batches: the cost with the least interference
+            stages = {k: min(b[k] for b in batches) for k in keys}
+            total = sum(stages[k] for k in keys)
+            print(f"| {label}, {name} | " + " | ".join(f"{stages[k]:.0f}" for k in keys) + f" | {total:.0f} |")
     print("(arguments: parsing and keywords; arrays: describing the 7 arrays (DLPack / NumPy C API) and the\n"
           " negative-bit check; autograd: grad mode and requires_grad; context_stream: the context and the\n"
           " current CUDA stream; outputs: allocating q_rot and k_rot, or describing q_out and k_out;\n"
           " library_call: rp_rope_pool_fused with the GIL released (validation and the kernel, or the\n"
           " launch on CUDA); finish: version-counter bumps and the result tuple. Dropping fresh outputs\n"
           " happens in the caller and is not included.)")
+
+
+STRATEGIES = ["none", "huge", "populate", "huge+populate"]
+
+
+def fresh_output_sweep(tokens, P, torch, rounds, budget_s):
+    """Fresh outputs under each ROPEPOOL_FRESH_OUTPUTS strategy (see python/src/fresh_memory.c),
+    interleaved in one process: wall time, minor faults and system CPU time per call."""
+    print("\nFresh outputs by first-touch strategy (ROPEPOOL_FRESH_OUTPUTS), interleaved; us per call, "
+          "minor faults per call, system CPU us per call:")
+    print("| T | framework | " + " | ".join(STRATEGIES) + " |")
+    print("| ---: | --- |" + " ---: |" * len(STRATEGIES))
+    saved = os.environ.get("ROPEPOOL_FRESH_OUTPUTS")
+    for T in tokens:
+        base = make_arrays(T, P)
+        frameworks = {"numpy": [base[n] for n in ORDER]}
+        if torch is not None:
+            frameworks["torch"] = [torch.from_numpy(base[n]) for n in ORDER]
+        runs = {}
+        for fw, arrays in frameworks.items():
+            for strategy in STRATEGIES:
+                def run(n, arrays=arrays, strategy=strategy):
+                    os.environ["ROPEPOOL_FRESH_OUTPUTS"] = strategy
+                    python_batch(arrays, n, None, lambda: None)
+                runs[(fw, strategy)] = run
+        calls = {key: calibrate(run, budget_s) for key, run in runs.items()}
+        samples = {key: [] for key in runs}
+        for _ in range(rounds):
+            for key, run in runs.items():
+                samples[key].append(timed(run, calls[key]))
+        for fw in frameworks:
+            cells = []
+            for strategy in STRATEGIES:
+                got = samples[(fw, strategy)]
+                ns = statistics.median(x[0] for x in got)
+                faults = statistics.median(x[1][0] for x in got)
+                sys_ns = statistics.median(x[1][1] for x in got)
+                cells.append(f"{ns / 1e3:.0f} ({faults:.0f} faults, sys {sys_ns / 1e3:.0f})")
+            print(f"| {T} | {fw} | " + " | ".join(cells) + " |")
+    if saved is None:
+        os.environ.pop("ROPEPOOL_FRESH_OUTPUTS", None)
+    else:
+        os.environ["ROPEPOOL_FRESH_OUTPUTS"] = saved
 
 
 def main(argv=None):
@@ -198,6 +254,13 @@ def main(argv=None):
     parser.add_argument("--pool", type=int, default=65536, help="KV-pool slots (default 65536)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=0.04, help="time per batch (default 0.04)")
+    parser.add_argument("--stat", choices=["median", "min"], default="median",
+                        help="per figure, the median (default) or the least of the rounds' means")
+    parser.add_argument("--clock", choices=["wall", "thread"], default="wall",
+                        help="wall (default), or thread: the calling thread's CPU time, with every call on one "
+                        "thread (threads=1), so that other load on the machine does not count (T = 1 overheads)")
+    parser.add_argument("--fresh-outputs", action="store_true",
+                        help="also compare the first-touch strategies of fresh outputs at T >= 1024")
     parser.add_argument("--profile", action="store_true", help="also print the per-stage breakdown at T = 1")
     args = parser.parse_args(argv)
     try:
@@ -207,6 +270,10 @@ def main(argv=None):
     if args.backend == "cuda" and (torch is None or not torch.cuda.is_available() or not ropepool.has_cuda()):
         print("ropepool.bench: --backend cuda needs torch with CUDA, a GPU and ropepool's CUDA backend")
         return 1
+    if args.clock == "thread":
+        global CLOCK
+        CLOCK = time.thread_time_ns
+        SHAPE["threads"] = 1
     tokens = [int(t) for t in (args.tokens or ("1,16,256,1024,4096" if args.backend == "cpu"
                                                 else "1,64,1024,4096")).split(",")]
     P = max(args.pool, max(tokens))
@@ -215,11 +282,12 @@ def main(argv=None):
     print(f"ropepool {ropepool.version()}: the Python call beside the C call; Llama-3-8B (Hq 32, Hk 8, D 128), "
           f"float32, int64 positions/slots, pool {P}; {where}; numpy {np.__version__}"
           + (f", torch {torch.__version__}" if torch is not None else ", no torch")
-          + f"; median of {args.rounds} interleaved rounds, us per call (x: ratio to C; faults: minor page "
-          "faults per call)")
+          + f"; {args.stat} of {args.rounds} interleaved rounds, us per call ({args.clock} clock) (x: ratio to C; faults: minor page "
+          "faults per call; sys: kernel-mode CPU us per call); load average "
+          + " ".join(f"{x:.1f}" for x in os.getloadavg()))
     results = {}
     for T in tokens:
-        results[T] = measure(T, P, args.backend, torch, args.rounds, args.seconds)
+        results[T] = measure(T, P, args.backend, torch, args.rounds, args.seconds, args.stat)
     names = [n for n in results[tokens[0]] if n not in ("C", "gpu")]
     head = ["T", "C call" if args.backend == "cpu" else "C launch loop (host)"]
     if args.backend == "cuda":
@@ -233,13 +301,16 @@ def main(argv=None):
         if "gpu" in r:
             row.append(f"{r['gpu'][0] / 1e3:.2f}")
         for n in names:
-            ns, f = r[n]
-            row.append(f"{ns / 1e3:.2f} ({ns / c:.2f}x" + (f", {f:.0f} faults)" if "fresh" in n else ")"))
+            ns, (f, sys_ns) = r[n]
+            row.append(f"{ns / 1e3:.2f} ({ns / c:.2f}x" + (f", {f:.0f} faults, sys {sys_ns / 1e3:.0f})"
+                                                          if "fresh" in n else ")"))
         print("| " + " | ".join(row) + " |")
     if 1 in results:
         c = results[1]["C"][0]
         print("\nOverhead over the C call at T = 1: " + ", ".join(
             f"{n} {(results[1][n][0] - c) / 1e3:+.2f} us" for n in names))
+    if args.fresh_outputs and args.backend == "cpu":
+        fresh_output_sweep([T for T in tokens if T >= 1024], P, torch, args.rounds, args.seconds)
     if args.profile:
         profile(args.backend, torch, P)
     return 0

@@ -325,8 +325,25 @@ static rp_context *context_for(rp_device device, void **stream)
     return ctx;
 }
 
-static int prepare(PyObject *const values[NUM_PARAMS], rp_rope_pool_args *a, double *freqs, double **owned_freqs,
-                   const rpy_framework **fw_out, PyObject *outs[2], rp_context **ctx, unsigned long long *stamps);
+/* A call converted for the library: its arguments, the buffer inv_freq is copied into, and the
+ * outputs (new references) and context it runs with. */
+typedef struct prepared_call {
+    rp_rope_pool_args a;
+    double freqs[STACK_FREQS], *owned_freqs; /* inv_freq: on the stack, or allocated when longer */
+    const rpy_framework *fw;
+    PyObject *outs[2];
+    rp_context *ctx;
+} prepared_call;
+
+static int prepare(PyObject *const values[NUM_PARAMS], prepared_call *c, unsigned long long *stamps);
+
+static void release(prepared_call *c)
+{
+    PyMem_Free(c->owned_freqs);
+    c->owned_freqs = NULL;
+    Py_CLEAR(c->outs[0]);
+    Py_CLEAR(c->outs[1]);
+}
 
 /* _time_calls(calls, <rope_pool_fused's arguments>): the C call alone, for the benchmark's C
  * figure in the same process: the arguments are converted once (outputs allocated once when not
@@ -345,13 +362,8 @@ PyObject *rpy_time_calls(PyObject *module, PyObject *const *args, Py_ssize_t nar
     if (rpy_integer(args[0], "calls", 1, LLONG_MAX, &calls) < 0 ||
         parse_arguments(args + 1, nargs - 1, kwnames, values) < 0)
         return NULL;
-    rp_rope_pool_args a;
-    memset(&a, 0, sizeof a);
-    double freqs[STACK_FREQS], *owned_freqs;
-    const rpy_framework *fw;
-    PyObject *outs[2];
-    rp_context *ctx;
-    if (prepare(values, &a, freqs, &owned_freqs, &fw, outs, &ctx, NULL) < 0)
+    prepared_call c;
+    if (prepare(values, &c, NULL) < 0)
         return NULL;
     char message[MESSAGE_SIZE];
     rp_status st = RP_OK;
@@ -359,12 +371,10 @@ PyObject *rpy_time_calls(PyObject *module, PyObject *const *args, Py_ssize_t nar
     Py_BEGIN_ALLOW_THREADS
     const unsigned long long start = now_ns();
     for (long long i = 0; i < calls && st == RP_OK; i++)
-        st = rp_rope_pool_fused(ctx, &a, message, sizeof message);
+        st = rp_rope_pool_fused(c.ctx, &c.a, message, sizeof message);
     elapsed = now_ns() - start;
     Py_END_ALLOW_THREADS
-    PyMem_Free(owned_freqs);
-    Py_DECREF(outs[0]);
-    Py_DECREF(outs[1]);
+    release(&c);
     if (st != RP_OK)
         return rpy_raise(st, message);
     return PyFloat_FromDouble((double)elapsed / (double)calls);
@@ -409,49 +419,56 @@ PyObject *rpy_profile(PyObject *module, PyObject *enable)
     return result;
 }
 
-/* Everything up to the library call: a filled `a`, the outputs (new references in outs), the
- * context. 0 or -1 with an exception (outs released). */
-static int prepare(PyObject *const values[NUM_PARAMS], rp_rope_pool_args *a, double *freqs, double **owned_freqs,
-                   const rpy_framework **fw_out, PyObject *outs[2], rp_context **ctx, unsigned long long *stamps)
+/* Converts the arguments into c (see prepare). */
+static int prepare_arguments(PyObject *const values[NUM_PARAMS], prepared_call *c, unsigned long long *stamps)
 {
+    rp_rope_pool_args *a = &c->a;
     rp_tensor *tensors[NUM_ARRAYS] = {&a->q, &a->k, &a->v, &a->positions, &a->slots, &a->k_pool, &a->v_pool};
     int32_t kv_cache_dtype;
-    outs[0] = outs[1] = NULL;
-    *owned_freqs = NULL;
     if (scalar_arguments(values, a, &kv_cache_dtype) < 0)
         return -1;
     stamp(stamps, ST_ARGUMENTS);
-    const rpy_framework *fw = *fw_out = array_arguments(values, tensors);
+    const rpy_framework *fw = c->fw = array_arguments(values, tensors);
     if (fw == NULL || rpy_pool_format(values[P_KV_CACHE_DTYPE], kv_cache_dtype, &a->k_pool, &a->pool_dtype) < 0 ||
         rpy_scale(values[P_K_SCALE], "k_scale", a->q.device, &a->k_scale, &a->k_scale_ptr) < 0 ||
         rpy_scale(values[P_V_SCALE], "v_scale", a->q.device, &a->v_scale, &a->v_scale_ptr) < 0 ||
-        frequency_argument(values[P_INV_FREQ], a, freqs, STACK_FREQS, owned_freqs) < 0)
+        frequency_argument(values[P_INV_FREQ], a, c->freqs, STACK_FREQS, &c->owned_freqs) < 0)
         return -1;
     stamp(stamps, ST_ARRAYS);
     if (fw->check_autograd != NULL) {
         PyObject *objs[NUM_ARRAYS + 2];
         const char *names[NUM_ARRAYS + 2];
+        /* q, k, v read; the pools and the caller's outputs written. positions and slots are
+         * integer tensors, which cannot require grad. */
+        static const int checked[] = {P_Q, P_K, P_V, P_K_POOL, P_V_POOL, P_Q_OUT, P_K_OUT};
         int n = 0;
-        for (int i = 0; i < NUM_ARRAYS; i++, n++)
-            objs[n] = values[i], names[n] = param_names[i];
-        for (int i = P_Q_OUT; i <= P_K_OUT; i++)
-            if (values[i] != NULL)
-                objs[n] = values[i], names[n++] = param_names[i];
-        if (fw->check_autograd(objs, names, P_K_POOL, n) < 0)
+        for (size_t i = 0; i < sizeof checked / sizeof checked[0]; i++)
+            if (values[checked[i]] != NULL)
+                objs[n] = values[checked[i]], names[n++] = param_names[checked[i]];
+        if (fw->check_autograd(objs, names, 3, n) < 0)
             return -1;
     }
     stamp(stamps, ST_AUTOGRAD);
     void *stream;
-    if ((*ctx = context_for(a->q.device, &stream)) == NULL)
+    if ((c->ctx = context_for(a->q.device, &stream)) == NULL)
         return -1;
     a->stream = stream;
     stamp(stamps, ST_CONTEXT);
-    if (output_arguments(fw, values, a, outs) < 0) {
-        Py_CLEAR(outs[0]);
+    if (output_arguments(fw, values, a, c->outs) < 0)
         return -1;
-    }
     stamp(stamps, ST_OUTPUTS);
     return 0;
+}
+
+/* Everything up to the library call: c's arguments, outputs (new references) and context. 0, or
+ * -1 with an exception and c released. */
+static int prepare(PyObject *const values[NUM_PARAMS], prepared_call *c, unsigned long long *stamps)
+{
+    memset(c, 0, sizeof *c);
+    if (prepare_arguments(values, c, stamps) == 0)
+        return 0;
+    release(c);
+    return -1;
 }
 
 PyObject *rpy_rope_pool_fused(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
@@ -461,42 +478,31 @@ PyObject *rpy_rope_pool_fused(PyObject *module, PyObject *const *args, Py_ssize_
     unsigned long long stamps_buf[NUM_STAMPS], *stamps = profiling ? stamps_buf : NULL;
     stamp(stamps, ST_START);
     PyObject *values[NUM_PARAMS];
-    if (parse_arguments(args, PyVectorcall_NARGS(nargs), kwnames, values) < 0)
+    prepared_call c;
+    if (parse_arguments(args, PyVectorcall_NARGS(nargs), kwnames, values) < 0 || prepare(values, &c, stamps) < 0)
         return NULL;
-    rp_rope_pool_args a;
-    memset(&a, 0, sizeof a);
-    double freqs[STACK_FREQS], *owned_freqs;
-    const rpy_framework *fw;
-    PyObject *outs[2];
-    rp_context *ctx;
-    const int prepared = prepare(values, &a, freqs, &owned_freqs, &fw, outs, &ctx, stamps);
-
     char message[MESSAGE_SIZE];
-    rp_status st = RP_OK;
-    if (prepared == 0) {
-        Py_BEGIN_ALLOW_THREADS
-        st = rp_rope_pool_fused(ctx, &a, message, sizeof message);
-        Py_END_ALLOW_THREADS
-    }
+    rp_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = rp_rope_pool_fused(c.ctx, &c.a, message, sizeof message);
+    Py_END_ALLOW_THREADS
     stamp(stamps, ST_LIBRARY);
-    PyMem_Free(owned_freqs);
     PyObject *result = NULL;
-    if (prepared == 0 && st != RP_OK) {
+    if (st != RP_OK) {
         if (values[P_Q_OUT] != NULL || values[P_K_OUT] != NULL)
             name_caller_outputs(message);
         rpy_raise(st, message);
-    } else if (prepared == 0) {
+    } else {
         /* Written in place: the pools, and q_out / k_out when the caller gave them. */
         PyObject *written[4] = {values[P_K_POOL], values[P_V_POOL]};
         int n = 2;
         for (int i = 0; i < 2; i++)
             if (values[P_Q_OUT + i] != NULL)
-                written[n++] = outs[i];
-        if (fw->mark_written == NULL || fw->mark_written(written, n) == 0)
-            result = PyTuple_Pack(4, outs[0], outs[1], values[P_K_POOL], values[P_V_POOL]);
+                written[n++] = c.outs[i];
+        if (c.fw->mark_written == NULL || c.fw->mark_written(written, n) == 0)
+            result = PyTuple_Pack(4, c.outs[0], c.outs[1], values[P_K_POOL], values[P_V_POOL]);
     }
-    Py_XDECREF(outs[0]);
-    Py_XDECREF(outs[1]);
+    release(&c);
     stamp(stamps, ST_FINISH);
     if (stamps != NULL && result != NULL) {
         for (int i = 1; i < NUM_STAMPS; i++)

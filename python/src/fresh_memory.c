@@ -26,17 +26,15 @@
 
 enum { ADVISE_HUGE = 1, ADVISE_POPULATE = 2, HUGE_PAGE = 2 << 20, LARGE = 4 << 20 };
 
+/* Read at every large allocation (a getenv beside a 4 MiB allocation is free), so that a
+ * measurement can switch strategies between rounds in one process. */
 static int strategy(void)
 {
-    static int chosen = -1; /* read once; calls hold the GIL */
-    if (chosen < 0) {
-        const char *s = getenv("ROPEPOOL_FRESH_OUTPUTS");
-        chosen = s == NULL || strcmp(s, "huge") == 0 ? ADVISE_HUGE
-                 : strcmp(s, "populate") == 0        ? ADVISE_POPULATE
-                 : strcmp(s, "huge+populate") == 0   ? ADVISE_HUGE | ADVISE_POPULATE
-                                                     : 0;
-    }
-    return chosen;
+    const char *s = getenv("ROPEPOOL_FRESH_OUTPUTS");
+    return s == NULL || strcmp(s, "huge") == 0 ? ADVISE_HUGE
+           : strcmp(s, "populate") == 0        ? ADVISE_POPULATE
+           : strcmp(s, "huge+populate") == 0   ? ADVISE_HUGE | ADVISE_POPULATE
+                                               : 0;
 }
 
 void rpy_advise_fresh_output(const rp_tensor *t)
@@ -45,8 +43,10 @@ void rpy_advise_fresh_output(const rp_tensor *t)
     size_t bytes = rp_dtype_size((rp_dtype)t->dtype);
     for (int d = 0; d < t->ndim && d < RP_MAX_DIMS; d++)
         bytes *= (size_t)t->shape[d];
+    if (bytes < LARGE)
+        return;
     const int how = strategy();
-    if (bytes < LARGE || how == 0)
+    if (how == 0)
         return;
     /* The whole huge pages inside the block: advice is per page, and the block's head and tail
      * may share pages with other allocations. */

@@ -119,9 +119,15 @@ static int tensor_flag(PyObject *fn, PyObject *obj)
 {
     if (fn == NULL)
         return 0;
-    PyObject *result = Py_IS_TYPE(fn, &PyGetSetDescr_Type)
-                           ? ((PyGetSetDescrObject *)fn)->d_getset->get(obj, ((PyGetSetDescrObject *)fn)->d_getset->closure)
-                           : PyObject_Vectorcall(fn, &obj, 1, NULL);
+    PyObject *result;
+    if (Py_IS_TYPE(fn, &PyGetSetDescr_Type)) {
+        PyGetSetDef *def = ((PyGetSetDescrObject *)fn)->d_getset;
+        result = def->get(obj, def->closure);
+    } else if (Py_IS_TYPE(fn, &PyMethodDescr_Type) && ((PyMethodDescrObject *)fn)->d_method->ml_flags == METH_NOARGS) {
+        result = ((PyMethodDescrObject *)fn)->d_method->ml_meth(obj, NULL); /* what the descriptor would call */
+    } else {
+        result = PyObject_Vectorcall(fn, &obj, 1, NULL);
+    }
     if (result == NULL)
         return -1;
     const int flag = PyObject_IsTrue(result);

@@ -6,8 +6,8 @@ refused naming the argument and the value, with nothing written."""
 import numpy as np
 import pytest
 
-from helpers import (Problem, assert_within_bound, cos_sin, expect_refusal, fp8_neighbours_ok, ml_dtypes,
-                     pool_rows, representable, rotate64)
+from helpers import (Problem, assert_within_bound, call_or_skip_on_cuda, cos_sin, expect_refusal, fp8_neighbours_ok,
+                     ml_dtypes, pool_rows, representable, rotate64)
 
 
 @pytest.fixture
@@ -40,7 +40,7 @@ def test_paged_pools_receive_rows_at_block_and_offset(ropepool, kvpool, fw, layo
     block = 8
     p.k_pool, p.v_pool = (paged(fw, p.P, p.Hk, p.D, layout, block, p.dtype, 9, seed=s) for s in (5, 6))
     before = p.snapshot()
-    q_rot, k_rot, k_pool, v_pool = p.call(ropepool, kv_layout=layout)
+    q_rot, k_rot, k_pool, v_pool = call_or_skip_on_cuda(ropepool, p, kv_layout=layout)
     assert k_pool is p.k_pool and v_pool is p.v_pool
     getattr(fw, "sync", lambda: None)()
     positions, slots = fw.f64(p.positions).astype(np.int64), fw.f64(p.slots).astype(np.int64)
@@ -66,7 +66,7 @@ def test_v_head_dim_sets_the_width_of_v_and_v_pool(ropepool, kvpool, fw):
     wide = Problem(fw, T=4, Hq=4, Hk=2, D=48, P=8, seed=7)
     p.v, p.v_pool = wide.v, wide.v_pool
     before = p.snapshot()
-    _, k_rot, _, _ = p.call(ropepool, v_head_dim=48)
+    _, k_rot, _, _ = call_or_skip_on_cuda(ropepool, p, v_head_dim=48)
     slots = fw.f64(p.slots).astype(np.int64)
     want = before[6].copy()
     want[slots] = fw.bits(p.v)
@@ -108,7 +108,8 @@ def test_fp8_pools_hold_the_rounded_scaled_values(ropepool, kvpool, fw, fp8_name
     if scales == "arrays":
         k_scale = np.array([k_scale], np.float32) if fw.name == "numpy" else fw.torch.tensor([k_scale], device=fw.device)
         v_scale = np.array(v_scale) if fw.name == "numpy" else fw.torch.tensor(v_scale, dtype=fw.torch.float64)
-    q_rot, k_rot, _, _ = p.call(ropepool, kv_cache_dtype=kv_cache_dtype, k_scale=k_scale, v_scale=v_scale)
+    q_rot, k_rot, _, _ = call_or_skip_on_cuda(ropepool, p, kv_cache_dtype=kv_cache_dtype, k_scale=k_scale,
+                                              v_scale=v_scale)
     getattr(fw, "sync", lambda: None)()
     positions, slots = fw.f64(p.positions).astype(np.int64), fw.f64(p.slots).astype(np.int64)
     c, s = cos_sin(positions, 500000.0, p.D)

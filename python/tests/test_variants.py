@@ -5,7 +5,8 @@ and every bad value refused naming the argument and the value, with nothing writ
 import numpy as np
 import pytest
 
-from helpers import Problem, assert_within_bound, default_inv_freq, expect_refusal, rotate_general
+from helpers import (Problem, assert_within_bound, call_or_skip_on_cuda, default_inv_freq, expect_refusal,
+                     rotate_general)
 
 
 def check_variant(p, before, result, freqs, is_neox=True, attention_scaling=1.0):
@@ -33,7 +34,7 @@ def test_style_and_rotary_dim_follow_the_formula(ropepool, fw, is_neox, rotary_d
     p = Problem(fw, D=64, max_pos=2**31 - 1)
     before = p.snapshot()
     R = rotary_dim or p.D
-    result = p.call(ropepool, is_neox=is_neox, rotary_dim=rotary_dim)
+    result = call_or_skip_on_cuda(ropepool, p, is_neox=is_neox, rotary_dim=rotary_dim)
     check_variant(p, before, result, default_inv_freq(500000.0, R), is_neox)
 
 
@@ -61,7 +62,7 @@ def test_inv_freq_is_used_exactly_in_any_form(ropepool, fw, form):
         freqs, exact = torch.from_numpy(f64).to("cuda" if form == "torch-cuda" else "cpu"), f64
     else:
         freqs, exact = f64, f64
-    result = p.call(ropepool, rotary_dim=R, inv_freq=freqs, is_neox=False)
+    result = call_or_skip_on_cuda(ropepool, p, rotary_dim=R, inv_freq=freqs, is_neox=False)
     check_variant(p, before, result, exact, is_neox=False)
 
 
@@ -69,7 +70,7 @@ def test_inv_freq_strided_view_is_read_through_its_stride(ropepool, np_fw):
     p = Problem(np_fw, D=32)
     before = p.snapshot()
     f = caller_frequencies(128)
-    result = p.call(ropepool, inv_freq=f[::4])
+    result = call_or_skip_on_cuda(ropepool, p, inv_freq=f[::4])
     check_variant(p, before, result, f[::4])
 
 
@@ -77,8 +78,24 @@ def test_inv_freq_strided_view_is_read_through_its_stride(ropepool, np_fw):
 def test_attention_scaling_multiplies_cos_and_sin(ropepool, fw, scaling):
     p = Problem(fw, D=64, max_pos=2**20)
     before = p.snapshot()
-    result = p.call(ropepool, attention_scaling=scaling, rotary_dim=32)
+    result = call_or_skip_on_cuda(ropepool, p, attention_scaling=scaling, rotary_dim=32)
     check_variant(p, before, result, default_inv_freq(500000.0, 32), attention_scaling=scaling)
+
+
+@pytest.mark.parametrize("is_neox", [True, False])
+def test_variants_in_place_and_into_caller_outputs(ropepool, fw, is_neox):
+    p = Problem(fw, D=64, max_pos=2**31 - 1)
+    positions = fw.f64(p.positions).astype(np.int64)
+    freqs = caller_frequencies(32)
+    want = [rotate_general(fw.f64(x), positions, freqs, is_neox, 1.25) for x in (p.q, p.k)]
+    passed = [fw.bits(x)[..., 32:] for x in (p.q, p.k)]
+    kw = dict(is_neox=is_neox, rotary_dim=32, inv_freq=freqs, attention_scaling=1.25)
+    q_out = fw.array(np.zeros((p.T, p.Hq, p.D)), p.dtype)
+    call_or_skip_on_cuda(ropepool, p, q_out=q_out, k_out=p.k, **kw)  # q into q_out, k in place
+    getattr(fw, "sync", lambda: None)()
+    for name, out, (y, mag), rest in (("q_out", q_out, want[0], passed[0]), ("k_out=k", p.k, want[1], passed[1])):
+        assert_within_bound(name, fw.f64(out), y, mag, p.dtype)
+        assert np.array_equal(fw.bits(out)[..., 32:], rest), f"{name}'s pass-through dims"
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -59,18 +59,19 @@ enum {
  * recomputes them with libm. */
 static int simd_sincos(const double *inv_freq, int64_t n, double pos, double scale, float *cs, float *sn);
 
-/* Rotates the pairs (x[j], x[j + half]) for j < n of one head row x = src (dtype dt), writing
- * dst (which may be src: every pair is read before it is written) and, unless pool is NULL, the
- * pool head row `pool` (pointing at its pair 0 of this chunk) in format pool_dt: dt, or an fp8
- * format, which stores fp8(x' * inv_scale) of the float32 x' (one rounding to fp8 of that
- * product). cs/sn hold n entries. stream_dst / stream_pool select streaming stores for dst / pool
- * (never set for fp8 pools); dt, pool_dt and both flags are constants once inlined. */
+/* NeoX: rotates the pairs (x[j], x[j + half]) for j < n of one head row x = src (dtype dt; half
+ * = R/2, the driver offsets src to a chunk), writing dst (which may be src: every pair is read
+ * before it is written) and, unless pool is NULL, the pool head row `pool` (pointing at its pair
+ * 0 of this chunk) in format pool_dt: dt, or an fp8 format, which stores fp8(x' * inv_scale) of
+ * the float32 x' (one rounding to fp8 of that product). cs/sn hold n entries. stream_dst /
+ * stream_pool select streaming stores for dst / pool (never set for fp8 pools); dt, pool_dt and
+ * both flags are constants once inlined. */
 static RP_ALWAYS_INLINE void simd_rotate(rp_dtype dt, rp_dtype pool_dt, int stream_dst, int stream_pool,
                                          const char *src, char *dst, char *pool, int64_t half,
                                          int64_t n, const float *cs, const float *sn, float inv_scale);
 
 /* GPT-J: rotates the n elements (n even) of one head row x = src as neighbouring pairs,
- *     out[i] = fma(x[i], cd[i], x[i ^ 1] * sd[i]),
+ *     out[i] = fma(x[i], cd[i], round(x[i ^ 1] * sd[i])),
  * writing dst (which may be src) and, unless pool is NULL, pool (format pool_dt, as for
  * simd_rotate); cd/sd hold n entries (the duplicated tables of simd_interleave_table). */
 static RP_ALWAYS_INLINE void simd_rotate_interleaved(rp_dtype dt, rp_dtype pool_dt, int stream_dst,
