@@ -22,13 +22,21 @@
 /* One float32 operation, correctly rounded: the exact result of +, -, *, / on two floats fits the
  * double's 53 bits closely enough (53 >= 2 * 24 + 2) that rounding it to float is the float result,
  * and a helper per operation keeps a compiler from contracting a*b + c into one FMA rounding. */
-static float f32_add(float a, float b) { return (float)((double)a + (double)b); }
-static float f32_sub(float a, float b) { return (float)((double)a - (double)b); }
-static float f32_mul(float a, float b) { return (float)((double)a * (double)b); }
-static float f32_div(float a, float b) { return (float)((double)a / (double)b); }
+
+/* double -> float as IEEE rounds it, overflow included: C leaves an out-of-range conversion
+ * undefined, so values from FLT_MAX + half an ulp up become infinities here, explicitly. */
+static float f32(double x)
+{
+    const double overflow = 0x1.ffffffp127;
+    return x >= overflow ? INFINITY : x <= -overflow ? -INFINITY : (float)x;
+}
+static float f32_add(float a, float b) { return f32((double)a + (double)b); }
+static float f32_sub(float a, float b) { return f32((double)a - (double)b); }
+static float f32_mul(float a, float b) { return f32((double)a * (double)b); }
+static float f32_div(float a, float b) { return f32((double)a / (double)b); }
 /* Correctly rounded except when the exact power lies within a double ulp of a float32 rounding
  * boundary. */
-static float f32_pow(float base, double exponent) { return (float)pow((double)base, exponent); }
+static float f32_pow(float base, double exponent) { return f32(pow((double)base, exponent)); }
 
 /* Python's math.pi. */
 static const double hf_pi = 3.141592653589793;
@@ -55,13 +63,13 @@ static void dynamic_table(const rp_hf_rope_params *p, float *out)
     const double exponent = (double)r / (double)(r - 2);
     float base;
     if (p->seq_len > p->max_position_embeddings) {
-        float x = f32_mul((float)p->factor, (float)p->seq_len);
+        float x = f32_mul(f32(p->factor), (float)p->seq_len);
         x = f32_div(x, (float)p->max_position_embeddings);
-        x = f32_sub(x, (float)(p->factor - 1.0));
-        base = f32_mul((float)p->rope_theta, f32_pow(x, exponent));
+        x = f32_sub(x, f32(p->factor - 1.0));
+        base = f32_mul(f32(p->rope_theta), f32_pow(x, exponent));
     } else {
         const double m = (double)p->max_position_embeddings;
-        base = (float)(p->rope_theta * pow(p->factor * m / m - (p->factor - 1.0), exponent));
+        base = f32(p->rope_theta * pow(p->factor * m / m - (p->factor - 1.0), exponent));
     }
     default_table(base, r, out);
 }
@@ -107,9 +115,9 @@ static double yarn_table(const rp_hf_rope_params *p, float *out)
     high = fmin(high, (double)(r - 1));
     if (low == high)
         high += 0.001; /* transformers' guard against a zero-width ramp */
-    const float low32 = (float)low, width32 = (float)(high - low), factor32 = (float)factor;
+    const float low32 = f32(low), width32 = f32(high - low), factor32 = f32(factor);
     for (int64_t j = 0; j < r / 2; j++) {
-        const float pos = pow_of_shape((float)p->rope_theta, j, r);
+        const float pos = pow_of_shape(f32(p->rope_theta), j, r);
         const float extrapolation = f32_div(1.0f, pos);
         const float interpolation = f32_div(1.0f, f32_mul(factor32, pos));
         float ramp = f32_div(f32_sub((float)j, low32), width32);
@@ -131,7 +139,7 @@ static double longrope_table(const rp_hf_rope_params *p, float *out)
     const double *ext = p->seq_len > p->original_max_position_embeddings ? p->long_factor
                                                                          : p->short_factor;
     for (int64_t j = 0; j < p->rotary_dim / 2; j++)
-        out[j] = f32_div(1.0f, f32_mul((float)ext[j], pow_of_shape((float)p->rope_theta, j,
+        out[j] = f32_div(1.0f, f32_mul(f32(ext[j]), pow_of_shape(f32(p->rope_theta), j,
                                                                    p->rotary_dim)));
     return scaling;
 }
@@ -139,16 +147,16 @@ static double longrope_table(const rp_hf_rope_params *p, float *out)
 static void llama3_table(const rp_hf_rope_params *p, float *out)
 {
     const double old = (double)p->original_max_position_embeddings;
-    const float factor = (float)p->factor, low = (float)p->low_freq_factor;
-    const float low_wavelen = (float)(old / p->low_freq_factor);
-    const float high_wavelen = (float)(old / p->high_freq_factor);
-    const float band = (float)(p->high_freq_factor - p->low_freq_factor);
-    default_table((float)p->rope_theta, p->rotary_dim, out);
+    const float factor = f32(p->factor), low = f32(p->low_freq_factor);
+    const float low_wavelen = f32(old / p->low_freq_factor);
+    const float high_wavelen = f32(old / p->high_freq_factor);
+    const float band = f32(p->high_freq_factor - p->low_freq_factor);
+    default_table(f32(p->rope_theta), p->rotary_dim, out);
     for (int64_t j = 0; j < p->rotary_dim / 2; j++) {
         const float inv = out[j];
-        const float wavelen = f32_mul(f32_div(1.0f, inv), (float)(2.0 * hf_pi));
+        const float wavelen = f32_mul(f32_div(1.0f, inv), f32(2.0 * hf_pi));
         const float llama = wavelen > low_wavelen ? f32_div(inv, factor) : inv;
-        const float smooth = f32_div(f32_sub(f32_mul(f32_div(1.0f, wavelen), (float)old), low), band);
+        const float smooth = f32_div(f32_sub(f32_mul(f32_div(1.0f, wavelen), f32(old)), low), band);
         const float smoothed = f32_add(f32_div(f32_mul(f32_sub(1.0f, smooth), llama), factor),
                                        f32_mul(smooth, llama));
         const int medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
@@ -252,11 +260,11 @@ rp_status rp_hf_rope_frequencies(const rp_hf_rope_params *params, double *inv_fr
         return rp_fail(&err, RP_ERR_OUT_OF_MEMORY, "no memory for %lld frequencies", (long long)half);
     double scaling = 1.0;
     switch (params->rope_type) {
-    case RP_HF_ROPE_DEFAULT: default_table((float)params->rope_theta, params->rotary_dim, table); break;
+    case RP_HF_ROPE_DEFAULT: default_table(f32(params->rope_theta), params->rotary_dim, table); break;
     case RP_HF_ROPE_LINEAR:
-        default_table((float)params->rope_theta, params->rotary_dim, table);
+        default_table(f32(params->rope_theta), params->rotary_dim, table);
         for (int64_t j = 0; j < half; j++)
-            table[j] = f32_div(table[j], (float)params->factor);
+            table[j] = f32_div(table[j], f32(params->factor));
         break;
     case RP_HF_ROPE_DYNAMIC: dynamic_table(params, table); break;
     case RP_HF_ROPE_YARN: scaling = yarn_table(params, table); break;

@@ -97,29 +97,23 @@ static void expect_refusal(const rp_hf_rope_params *p, rp_status status, const c
     CHECK(s == -7.0, "attention_scaling written by a failed call");
 }
 
+/* Llama-3.1's parameters with one field changed must be refused with `needle`, writing nothing. */
+#define LLAMA31_REFUSED_WITH(field, value, needle)                                                \
+    do {                                                                                          \
+        rp_hf_rope_params p_ = llama31();                                                         \
+        p_.field = value;                                                                         \
+        expect_refusal(&p_, RP_ERR_INVALID_ARGUMENT, needle);                                     \
+    } while (0)
+
 static void test_bad_parameters_are_refused_by_name_and_write_nothing(void)
 {
-    rp_hf_rope_params p = llama31();
-    p.rotary_dim = 15;
-    expect_refusal(&p, RP_ERR_INVALID_ARGUMENT, "rotary_dim must be even");
-    p = llama31();
-    p.rope_type = 9;
-    expect_refusal(&p, RP_ERR_INVALID_ARGUMENT, "rope_type 9");
-    p = llama31();
-    p.factor = 0.0;
-    expect_refusal(&p, RP_ERR_INVALID_ARGUMENT, "factor must be finite and > 0 for rope type 'llama3'");
-    p = llama31();
-    p.high_freq_factor = 1.0;
-    expect_refusal(&p, RP_ERR_INVALID_ARGUMENT, "low_freq_factor < high_freq_factor");
-    p = llama31();
-    p.original_max_position_embeddings = 0;
-    expect_refusal(&p, RP_ERR_INVALID_ARGUMENT, "original_max_position_embeddings must be > 0");
-    p = llama31();
-    p.rope_theta = NAN;
-    expect_refusal(&p, RP_ERR_INVALID_ARGUMENT, "rope_theta");
-    p = llama31();
-    p.reserved[2] = 1;
-    expect_refusal(&p, RP_ERR_INVALID_ARGUMENT, "reserved[2]");
+    LLAMA31_REFUSED_WITH(rotary_dim, 15, "rotary_dim must be even");
+    LLAMA31_REFUSED_WITH(rope_type, 9, "rope_type 9");
+    LLAMA31_REFUSED_WITH(factor, 0.0, "factor must be finite and > 0 for rope type 'llama3'");
+    LLAMA31_REFUSED_WITH(high_freq_factor, 1.0, "low_freq_factor < high_freq_factor");
+    LLAMA31_REFUSED_WITH(original_max_position_embeddings, 0, "original_max_position_embeddings must be > 0");
+    LLAMA31_REFUSED_WITH(rope_theta, NAN, "rope_theta");
+    LLAMA31_REFUSED_WITH(reserved[2], 1, "reserved[2]");
 
     rp_hf_rope_params d = {0};
     d.rope_type = RP_HF_ROPE_DYNAMIC;
@@ -172,6 +166,64 @@ static void test_style_table_follows_transformers(void)
     CHECK(style == 42, "style written for an unknown model type");
 }
 
+/* A field value from a menu that mixes the plausible with what must be refused. */
+static double pick(test_rng *r)
+{
+    static const double menu[] = {0.0, 1.0, 2.0, 4.0, 8.0, 40.0, 0.707, 10000.0, 5e5, 1e-300, 1e300,
+                                  -1.0, NAN, INFINITY};
+    return rng_next(r) % 3 == 0 ? rng_uniform(r, 0.0, 64.0) : menu[rng_next(r) % (sizeof menu / sizeof menu[0])];
+}
+
+static void test_random_parameters_end_in_a_table_or_a_clean_refusal(void)
+{
+    test_rng r = {20261203};
+    enum { HALF_MAX = 64 };
+    double shorts[HALF_MAX], longs[HALF_MAX];
+    int ok = 0;
+    for (int iter = 0; iter < 20000; iter++) {
+        rp_hf_rope_params p = {0};
+        p.rope_type = (int32_t)(rng_next(&r) % 7) - (iter % 50 == 0);
+        p.flags = (uint32_t)(rng_next(&r) % 3);
+        p.rotary_dim = (int64_t)(rng_next(&r) % (2 * HALF_MAX + 2));
+        p.rope_theta = pick(&r);
+        p.factor = pick(&r);
+        p.attention_factor = rng_next(&r) % 2 ? 0.0 : pick(&r);
+        p.seq_len = (int64_t)(rng_next(&r) % 20000) - 10;
+        p.max_position_embeddings = (int64_t)(rng_next(&r) % 10000) - 10;
+        p.original_max_position_embeddings = (int64_t)(rng_next(&r) % 10000) - 10;
+        p.beta_fast = pick(&r);
+        p.beta_slow = pick(&r);
+        p.mscale = pick(&r);
+        p.mscale_all_dim = pick(&r);
+        p.low_freq_factor = pick(&r);
+        p.high_freq_factor = pick(&r);
+        for (int j = 0; j < HALF_MAX; j++) {
+            shorts[j] = rng_next(&r) % 97 ? rng_uniform(&r, 0.5, 2.0) : pick(&r);
+            longs[j] = rng_next(&r) % 97 ? rng_uniform(&r, 1.0, 60.0) : pick(&r);
+        }
+        p.short_factor = rng_next(&r) % 20 ? shorts : NULL;
+        p.long_factor = rng_next(&r) % 20 ? longs : NULL;
+        double inv[HALF_MAX + 1], s = -7.0;
+        for (int j = 0; j <= HALF_MAX; j++)
+            inv[j] = -7.0;
+        char msg[256] = "";
+        const rp_status st = rp_hf_rope_frequencies(&p, inv, &s, msg, sizeof msg);
+        if (st == RP_OK) {
+            ok++;
+            CHECK(isfinite(s) && s > 0.0, "iteration %d: attention_scaling %g", iter, s);
+            for (int64_t j = 0; j < p.rotary_dim / 2; j++)
+                CHECK(isfinite(inv[j]) && inv[j] >= 0.0 && inv[j] == (double)(float)inv[j],
+                      "iteration %d: inv_freq[%lld] = %g", iter, (long long)j, inv[j]);
+            CHECK(inv[p.rotary_dim / 2] == -7.0, "iteration %d: wrote past rotary_dim/2", iter);
+        } else {
+            CHECK(st == RP_ERR_INVALID_ARGUMENT && msg[0] != '\0', "iteration %d: %s '%s'", iter,
+                  rp_status_name(st), msg);
+            CHECK(s == -7.0 && inv[0] == -7.0, "iteration %d: a refused call wrote", iter);
+        }
+    }
+    CHECK(ok > 1000, "only %d of 20000 random parameter sets were valid", ok);
+}
+
 int main(void)
 {
     RUN(test_llama31_table_is_transformers_buffer);
@@ -179,5 +231,6 @@ int main(void)
     RUN(test_dynamic_within_range_is_default_and_grows_past_it);
     RUN(test_bad_parameters_are_refused_by_name_and_write_nothing);
     RUN(test_style_table_follows_transformers);
+    RUN(test_random_parameters_end_in_a_table_or_a_clean_refusal);
     return test_summary("hf_rope");
 }

@@ -7,7 +7,8 @@ Run where transformers (5.x) and torch are installed:
 For each real-looking config below (config.json fields of the named checkpoint, trimmed to what
 RoPE reads) it builds transformers' config object from the dict, instantiates the model's own
 rotary embedding module (so the table is the one a model holds, after its runtime update where
-seq_len matters), and stores its inv_freq buffer and attention_scaling in hf_rope.json. For one
+seq_len matters), and stores its inv_freq buffer and attention_scaling in hf_rope.json; likewise
+for a bare config of every model type in ropepool's style table (FAMILIES). For one
 config per style it also applies the model's own apply_rotary_pos_emb (or its GPT-J / DeepSeek /
 mRoPE counterpart) to a small seeded random q and k and stores inputs and outputs in
 hf_rope_rotations.npz. The torch CPU used is noted: torch's powf differs by CPU (vector lanes).
@@ -114,7 +115,7 @@ def rotary_module(config):
 def table(cfg, seq_len, layer_type):
     """transformers' inv_freq buffer and attention_scaling for this config."""
     config = text_config(transformers_config(cfg))
-    if config.model_type == "gptj":
+    if config.model_type in ("gptj", "codegen"):
         # GPTJRotaryEmbedding keeps only the sin/cos table: this is create_sinusoidal_positions'
         # own inv_freq expression, run here.
         dim = config.rotary_dim
@@ -169,6 +170,28 @@ def rotate(name, cfg, positions, gen):
             dict(positions=pos, q=q, k=k, q_rot=q_rot, k_rot=k_rot).items()}
 
 
+
+
+def _family(model_type, **extra):
+    return dict(model_type=model_type, hidden_size=2048, num_attention_heads=16, max_position_embeddings=4096,
+                **extra)
+
+
+# One config per model type of ropepool's style table that transformers ships (chatglm is remote
+# code), with only the fields every config.json has: what the config classes fill in (theta,
+# partial rotary) is what this checks.
+FAMILIES = [_family(mt) for mt in (
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl",
+    "qwen2_5_vl_text", "phi", "phi3", "gpt_neox", "starcoder2", "olmo", "granite", "stablelm", "falcon",
+    "glm4_moe", "codegen", "cohere", "cohere2")] + [
+    _family("qwen3", head_dim=128), _family("qwen3_moe", head_dim=128), _family("qwen3_vl_text", head_dim=128),
+    dict(model_type="qwen3_vl", text_config=_family("qwen3_vl_text", head_dim=128)),
+    _family("gemma", head_dim=256), _family("gemma2", head_dim=256), _family("gptj", rotary_dim=64),
+    _family("glm", head_dim=128), _family("glm4", head_dim=128),
+    _family("deepseek_v2", qk_rope_head_dim=64, num_hidden_layers=1),
+    _family("deepseek_v3", qk_rope_head_dim=64, num_hidden_layers=1),
+]
+
 # (name, config, positions): one per style and feature. Positions stay small where the style has
 # nothing to do with them: transformers forms the angle in float32, so its error grows with it.
 ROTATIONS = [
@@ -197,16 +220,21 @@ def main():
                 cases.append(dict(name=name, config=cfg, seq_len=seq_len, layer_type=layer_type,
                                   inv_freq=[float(x) for x in inv_freq.astype(np.float64)],
                                   attention_scaling=scaling))
+    families = []
+    for cfg in FAMILIES:
+        inv_freq, scaling = table(cfg, None, None)
+        families.append(dict(config=cfg, inv_freq=[float(x) for x in inv_freq.astype(np.float64)],
+                             attention_scaling=scaling))
     record = dict(transformers=transformers.__version__, torch=torch.__version__,
                   cpu=f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()}", cases=cases,
-                  rotations=[dict(name=name, config=cfg) for name, cfg, _ in ROTATIONS])
+                  families=families, rotations=[dict(name=name, config=cfg) for name, cfg, _ in ROTATIONS])
     (out / "hf_rope.json").write_text(json.dumps(record, indent=1) + "\n")
     gen = torch.Generator().manual_seed(20261203)
     arrays = {}
     for name, cfg, positions in ROTATIONS:
         arrays.update(rotate(name, cfg, positions, gen))
     np.savez_compressed(out / "hf_rope_rotations.npz", **arrays)
-    print(f"{len(cases)} tables, {len(ROTATIONS)} rotations -> {out}")
+    print(f"{len(cases)} tables, {len(families)} families, {len(ROTATIONS)} rotations -> {out}")
 
 
 if __name__ == "__main__":
