@@ -32,6 +32,10 @@ from ._hf import hf_rope_kwargs, hf_rope_parameters  # noqa: E402  (needs the ex
 
 __version__ = version()
 
+from . import _torch_hooks  # noqa: E402  (torch.ops.ropepool.rope_pool_fused, once torch is imported)
+
+_torch_hooks.install()
+
 __all__ = [
     "RopePoolError",
     "check_cuda",
