@@ -187,8 +187,7 @@ int bench_verify(const bench_layout *L, const bench_buffers *b, int64_t tokens, 
         return -1;
     }
     double freq[512]; /* head_dim <= 1024 */
-    rp_compute_inv_freq(L->rope_base, L->d, freq);
-    p.inv_freq = freq;
+    rp_problem_fill_freq(&p, freq);
     rp_verify_result r;
     rp_ref_verify(&p, &r);
     c->done = 1;

@@ -2,8 +2,9 @@
  * ropepool.h — the whole public contract of libropepool.
  *
  * One operation, done once per layer per inference step: rotary position embedding (NeoX
- * "rotate-half" RoPE) on the query and key heads, fused with writing the rotated keys and the raw
- * values into a KV-cache pool. It keeps the contract and the exact error texts of sglang's
+ * "rotate-half" or GPT-J interleaved pairs, over the whole head or its leading rotary_dim, with
+ * rope_base's frequencies or the caller's table, and an attention scaling) on the query and key
+ * heads, fused with writing the rotated keys and the raw values into a KV-cache pool. It keeps the contract and the exact error texts of sglang's
  * `rope_pool_fused`:
  *
  *     rope_pool_fused(q, k, v, positions, slots, k_pool, v_pool, *, head_dim, num_qo_heads,
@@ -250,7 +251,8 @@ typedef struct rp_rope_pool_args {
     int64_t head_dim;     /* D: even, > 0                                                         */
     int64_t num_qo_heads; /* Hq > 0                                                                */
     int64_t num_kv_heads; /* Hk > 0                                                                */
-    double rope_base;     /* theta: positive and finite; frequency j is rope_base^(-2j/rotary_dim) */
+    double rope_base;     /* theta: positive and finite; frequency j is rope_base^(-2j/rotary_dim)
+                             unless inv_freq is given (then rope_base is checked but not used)  */
 
     /* Extensions. All-zero keeps the seed's behaviour; a value this version cannot honour is
      * rejected with RP_ERR_UNSUPPORTED, never ignored. */
@@ -258,8 +260,9 @@ typedef struct rp_rope_pool_args {
     int32_t num_threads;  /* CPU: at most this many threads for this call; 0 = the context's       */
     int64_t rotary_dim;   /* R: the rotated leading part of each head, even, 2 <= R <= D; dims
                              R..D-1 pass through unchanged. 0 = head_dim                           */
-    const double *inv_freq; /* [R/2] caller's frequencies (finite, >= 0; 0 leaves its pair
-                             unrotated), host memory read during the call; NULL = rope_base's     */
+    const double *inv_freq; /* [R/2] caller's frequencies in radians per position (finite, >= 0;
+                             0 leaves its pair unrotated), host memory read during the call and
+                             not kept; NULL = rope_base's. A float32 table: widen it (exactly)   */
     uint32_t flags;       /* RP_CHECK_SLOTS | RP_VALIDATE_ONLY                                     */
     int32_t kv_layout;    /* rp_kv_layout; RP_KV_FLAT (0) = the seed's [P, Hk, D] pools             */
     void *stream;         /* CUDA: the cudaStream_t to launch on (NULL = legacy default stream)    */
@@ -281,19 +284,29 @@ typedef struct rp_rope_pool_args {
 } rp_rope_pool_args;
 
 /*
- * rp_rope_pool_fused — NeoX RoPE on q and k, and the KV-pool write, in one pass.
+ * rp_rope_pool_fused — RoPE on q and k, and the KV-pool write, in one pass.
  *
- * For every token t, head h and i in [0, D/2), with angle = positions[t] * rope_base^(-2i/D):
- *     q_rot[t,h,i]       = q[t,h,i] * cos(angle) - q[t,h,i+D/2] * sin(angle)
- *     q_rot[t,h,i+D/2]   = q[t,h,i+D/2] * cos(angle) + q[t,h,i] * sin(angle)
+ * With R = rotary_dim (0 = D), s = attention_scaling (0 = 1.0) and, for j in [0, R/2), the
+ * frequency f_j = inv_freq[j] (the caller's table, used as given) or rope_base^(-2j/R) (the
+ * denominator is R, as in transformers and vLLM), for every token t and head h:
+ *     angle = positions[t] * f_j        c = s * cos(angle)        n = s * sin(angle)
+ *     pair (a, b) = (j, j + R/2) for RP_ROPE_NEOX, (2j, 2j + 1) for RP_ROPE_GPTJ
+ *     q_rot[t,h,a] = q[t,h,a] * c - q[t,h,b] * n
+ *     q_rot[t,h,b] = q[t,h,b] * c + q[t,h,a] * n
+ *     q_rot[t,h,i] = q[t,h,i] for i in [R, D) (a bit copy: the pass-through dims)
  * and the same for k -> k_rot. Then, for every t with slots[t] >= 0:
  *     k_pool[slots[t]] = k_rot[t]     and     v_pool[slots[t]] = v[t].
+ * The seed's call (all extension fields 0) is NeoX over the whole head with rope_base's table.
  *
- * Numerics: the angle is formed and range-reduced in double precision, once per (token,
- * frequency), and shared by all Hq + Hk heads. Every output element is within one ulp of its
- * dtype plus 8 * 2^-24 * (|x[i]| + |x[i+D/2]|) of the same formula evaluated in float64, at any
- * int32 position. v is copied bit for bit. The same inputs give bit-identical outputs for any
- * thread count.
+ * Numerics: the angle is the float64 product positions[t] * f_j, range-reduced in double
+ * precision, once per (token, frequency), and shared by all Hq + Hk heads; c and n are formed in
+ * float64 and rounded to float32 once. Every rotated output is within one ulp of its dtype plus
+ * 8 * 2^-24 * s * (|x[a]| + |x[b]|) of the same formula evaluated in float64 with the table as
+ * given (a float32 table is used exactly, as float64), at any int32 position (with s > 1: where
+ * s * (|x[a]| + |x[b]|) stays below the float32 maximum, 3.4e38; beyond it a float32 product may
+ * overflow to infinity though the float64 result is finite). The pass-through
+ * dims R..D-1 of q_rot, k_rot and k_pool, and v into v_pool, are copied bit for bit. The same
+ * inputs give bit-identical outputs for any thread count.
  *
  * Validation runs completely before the first byte is written; a call that fails writes nothing
  * at all. The seed's checks come first, in the seed's order and with its exact messages:
@@ -308,7 +321,8 @@ typedef struct rp_rope_pool_args {
  *     v_pool shape must match k_pool shape, got (...) vs (...)
  *     q/k/v dtypes must match
  *     pool dtypes must match q/k/v dtype
- * then ours: dtypes, head_dim and counts, rope_base, extension fields, output shapes and dtypes,
+ * then ours: dtypes, head_dim and counts, rope_base, extension fields (style, rotary_dim, each
+ * inv_freq entry, attention_scaling, ...), output shapes and dtypes,
  * devices, NULL data, alignment, strides, read-only outputs, overlaps, and last the slot values
  * (any slot >= P, and a slot named by two tokens).
  *
@@ -318,7 +332,9 @@ typedef struct rp_rope_pool_args {
  * launch goes to args->stream, never allocates, never synchronises the host (unless
  * RP_CHECK_SLOTS) and may be captured in a CUDA graph. On CUDA, slot values are checked by the
  * kernel itself: an out-of-range slot is never written, and rp_context_check() reports it;
- * duplicates are found only with RP_CHECK_SLOTS.
+ * duplicates are found only with RP_CHECK_SLOTS. The CUDA backend of this version serves the
+ * seed's variant only (NeoX, rotary_dim = D, rope_base's table, s = 1): other values return
+ * RP_ERR_UNSUPPORTED there.
  *
  * Never writes outside q_rot, k_rot and the rows slots[t] of k_pool and v_pool.
  * T = 0 is a valid no-op (shapes are still checked).

@@ -28,7 +28,7 @@ struct rp_context {
     rp_parallel_fn fn;
     void *arg;
 
-    /* Frequency table of the last (rope_base, head_dim) seen. */
+    /* Frequency table of the last (rope_base, rotary_dim) seen; freq_dim is that rotary_dim. */
     pthread_mutex_t freq_lock;
     double freq_base;
     int64_t freq_dim;

@@ -60,8 +60,18 @@ typedef struct rp_problem {
     /* 1 when head_dim has stride 1 in all seven [., ., D] tensors: the fast kernels need it. */
     int inner_contiguous;
 
-    /* Frequencies rope_base^(-2i/D), i in [0, D/2), in float64. Filled by the entry point. */
+    /* The variant. R = rotary_dim is even, 2 <= R <= D: pairs j in [0, R/2) rotate, dims R..D-1
+     * pass through as bit copies. attention_scaling is s > 0 (1.0 when the caller gave 0). */
+    int64_t rotary_dim;
+    rp_rope_style style;
+    double attention_scaling;
+    double rope_base;
+
+    /* Frequencies f_j, j in [0, R/2), in float64: the caller's table as given (caller_freq = 1),
+     * or NULL after rp_validate, and then rope_base^(-2j/R) once the entry point (or
+     * rp_problem_fill_freq) has filled it. */
     const double *inv_freq;
+    int caller_freq;
 } rp_problem;
 
 /* Validates args (everything but the slot values) and fills *p. CPU and CUDA share it. */
@@ -83,12 +93,18 @@ static inline int64_t rp_load_index(const void *base, rp_dtype dtype, int64_t st
 
 /* ---- frequencies -------------------------------------------------------------------------------- */
 
-/* inv_freq[i] = pow(rope_base, -2i/head_dim) for i in [0, head_dim/2): the exact float64 value
- * the contract is stated against. Every backend and the reference use this one function. */
-void rp_compute_inv_freq(double rope_base, int64_t head_dim, double *inv_freq);
+/* inv_freq[j] = pow(rope_base, -2j/rotary_dim) for j in [0, rotary_dim/2): the exact float64
+ * value the contract is stated against. Every backend and the reference use this one function. */
+void rp_compute_inv_freq(double rope_base, int64_t rotary_dim, double *inv_freq);
 
-/* Fills inv_freq[0 .. head_dim/2) from ctx's cache (computing it on a miss). ctx may be NULL. */
-void rp_context_inv_freq(rp_context *ctx, double rope_base, int64_t head_dim, double *inv_freq);
+/* Fills inv_freq[0 .. rotary_dim/2) from ctx's cache, keyed by (rope_base, rotary_dim), computing
+ * it on a miss. ctx may be NULL. */
+void rp_context_inv_freq(rp_context *ctx, double rope_base, int64_t rotary_dim, double *inv_freq);
+
+/* For code that checks a validated problem outside the entry point (tests, the benchmark's
+ * verifier): when p has no table yet (no caller table), computes rope_base's into buf
+ * [rotary_dim/2] and points p->inv_freq at it. */
+void rp_problem_fill_freq(rp_problem *p, double *buf);
 
 /* ---- kernels --------------------------------------------------------------------------------- */
 
@@ -137,7 +153,7 @@ void rp_cuda_context_free(void *state);
 /* rp_context_check() for a CUDA context. */
 rp_status rp_cuda_context_check(void *state, void *stream, rp_err *err);
 /* Launches a validated problem whose tensors are on a CUDA device (with RP_CHECK_SLOTS: validates
- * the slots on the host first). inv_freq is host memory [head_dim/2]. */
+ * the slots on the host first). inv_freq is host memory [rotary_dim/2]. */
 rp_status rp_cuda_rope_pool(void *state, const rp_problem *p, rp_parts parts, uint32_t flags,
                             void *stream, rp_err *err);
 

@@ -42,13 +42,17 @@ rp_status rp_rope_pool_run(rp_context *ctx, const rp_rope_pool_args *args, rp_pa
     if (p.num_tokens == 0)
         return RP_OK;
 
-    const int64_t half = p.head_dim / 2;
+    /* The caller's table is used in place; rope_base's comes from the context's cache. */
+    const int64_t half = p.rotary_dim / 2;
     double stack_freq[RP_FREQ_ON_STACK];
-    double *freq = half <= RP_FREQ_ON_STACK ? stack_freq : malloc((size_t)half * sizeof *freq);
-    if (freq == NULL)
-        return rp_fail(&err, RP_ERR_OUT_OF_MEMORY, "out of memory for %lld frequencies", (long long)half);
-    rp_context_inv_freq(ctx, args->rope_base, p.head_dim, freq);
-    p.inv_freq = freq;
+    double *freq = NULL;
+    if (!p.caller_freq) {
+        freq = half <= RP_FREQ_ON_STACK ? stack_freq : malloc((size_t)half * sizeof *freq);
+        if (freq == NULL)
+            return rp_fail(&err, RP_ERR_OUT_OF_MEMORY, "out of memory for %lld frequencies", (long long)half);
+        rp_context_inv_freq(ctx, p.rope_base, p.rotary_dim, freq);
+        p.inv_freq = freq;
+    }
 
     if (on_cuda)
         st = rp_cuda_rope_pool(ctx->cuda_state, &p, parts, args->flags, args->stream, &err);

@@ -79,9 +79,36 @@ static rp_status check_seed(const rp_rope_pool_args *a, rp_err *err)
     return RP_OK;
 }
 
+/* The RoPE variant: style, rotary_dim, the caller's frequencies (every entry is read: a NaN in
+ * the table would otherwise reach the outputs silently) and the attention scaling. */
+static rp_status check_variant(const rp_rope_pool_args *a, rp_err *err)
+{
+    const rp_status bad = RP_ERR_INVALID_ARGUMENT;
+    if (a->style != RP_ROPE_NEOX && a->style != RP_ROPE_GPTJ)
+        return rp_fail(err, bad, "style %d is not a rope style: use RP_ROPE_NEOX (0) or RP_ROPE_GPTJ (1)",
+                       (int)a->style);
+    const long long R = (long long)a->rotary_dim, D = (long long)a->head_dim;
+    if (R < 0 || R == 1)
+        return rp_fail(err, bad, "rotary_dim must be >= 2 (0 = head_dim), got %lld", R);
+    if (R % 2 != 0)
+        return rp_fail(err, bad, "rotary_dim must be even, got %lld", R);
+    if (R > D)
+        return rp_fail(err, bad, "rotary_dim %lld is larger than head_dim %lld", R, D);
+    const int64_t half = (a->rotary_dim ? a->rotary_dim : a->head_dim) / 2;
+    for (int64_t j = 0; a->inv_freq != NULL && j < half; j++)
+        if (!(isfinite(a->inv_freq[j]) && a->inv_freq[j] >= 0.0))
+            return rp_fail(err, bad, "inv_freq[%lld] must be finite and >= 0, got %g", (long long)j,
+                           a->inv_freq[j]);
+    if (a->attention_scaling != 0.0 && !(isfinite(a->attention_scaling) && a->attention_scaling > 0.0))
+        return rp_fail(err, bad, "attention_scaling must be positive and finite (0 = 1.0), got %g",
+                       a->attention_scaling);
+    return RP_OK;
+}
+
 static rp_status check_scalars(const rp_rope_pool_args *a, rp_err *err)
 {
     const rp_status bad = RP_ERR_INVALID_ARGUMENT;
+    rp_status st;
     const rp_dtype dt = (rp_dtype)a->q.dtype;
     if (dt != RP_F32 && dt != RP_F16 && dt != RP_BF16) {
         if (dt == RP_DTYPE_UNSET)
@@ -108,18 +135,8 @@ static rp_status check_scalars(const rp_rope_pool_args *a, rp_err *err)
     if (!(isfinite(a->rope_base) && a->rope_base > 0.0))
         return rp_fail(err, bad, "rope_base must be a positive finite number, got %g", a->rope_base);
 
-    if (a->style != RP_ROPE_NEOX)
-        return rp_fail(err, a->style == RP_ROPE_GPTJ ? RP_ERR_UNSUPPORTED : bad,
-                       "style %d is not supported: only RP_ROPE_NEOX (0) is implemented", (int)a->style);
-    if (a->rotary_dim != 0 && a->rotary_dim != a->head_dim)
-        return rp_fail(err, RP_ERR_UNSUPPORTED,
-                       "rotary_dim %lld is not supported: only 0 or head_dim (%lld) is implemented",
-                       (long long)a->rotary_dim, (long long)a->head_dim);
-    if (a->inv_freq != NULL)
-        return rp_fail(err, RP_ERR_UNSUPPORTED, "inv_freq (custom frequencies) is not supported yet: pass NULL");
-    if (a->attention_scaling != 0.0 && a->attention_scaling != 1.0)
-        return rp_fail(err, RP_ERR_UNSUPPORTED, "attention_scaling %g is not supported yet: pass 0 or 1",
-                       a->attention_scaling);
+    if ((st = check_variant(a, err)) != RP_OK)
+        return st;
     if (a->kv_layout != RP_KV_FLAT)
         return rp_fail(err, RP_ERR_UNSUPPORTED, "kv_layout %d is not supported yet: only RP_KV_FLAT (0)",
                        (int)a->kv_layout);
@@ -313,7 +330,12 @@ rp_status rp_validate(const rp_rope_pool_args *a, rp_problem *p, rp_err *err)
     p->inner_contiguous = 1;
     for (int i = 0; i < 7; i++)
         p->inner_contiguous &= inner[i][2] == 1;
-    p->inv_freq = NULL;
+    p->rotary_dim = a->rotary_dim ? a->rotary_dim : a->head_dim;
+    p->style = (rp_rope_style)a->style;
+    p->attention_scaling = a->attention_scaling != 0.0 ? a->attention_scaling : 1.0;
+    p->rope_base = a->rope_base;
+    p->inv_freq = a->inv_freq;
+    p->caller_freq = a->inv_freq != NULL;
     return RP_OK;
 }
 

@@ -72,10 +72,28 @@ static void base_zero(fixture *f) { f->args.rope_base = 0.0; }
 static void base_negative(fixture *f) { f->args.rope_base = -10000.0; }
 static void base_nan(fixture *f) { f->args.rope_base = NAN; }
 static void base_inf(fixture *f) { f->args.rope_base = INFINITY; }
-static void style_gptj(fixture *f) { f->args.style = RP_ROPE_GPTJ; }
 static void style_unknown(fixture *f) { f->args.style = 9; }
-static void partial_rotary(fixture *f) { f->args.rotary_dim = 32; }
-static void custom_freq(fixture *f) { static const double freq[32]; f->args.inv_freq = freq; }
+static void style_negative(fixture *f) { f->args.style = -1; }
+static void rotary_dim_odd(fixture *f) { f->args.rotary_dim = 33; }
+static void rotary_dim_one(fixture *f) { f->args.rotary_dim = 1; }
+static void rotary_dim_negative(fixture *f) { f->args.rotary_dim = -2; }
+static void rotary_dim_past_head_dim(fixture *f) { f->args.rotary_dim = 66; }
+/* Tables of valid frequencies with one bad entry; rotary_dim 16 reads entries 0..7 only. */
+static double freq_table[32];
+static void set_freq(fixture *f, int64_t rotary_dim, int bad_index, double bad)
+{
+    for (int j = 0; j < 32; j++)
+        freq_table[j] = j == bad_index ? bad : 1.0 / (j + 1);
+    f->args.rotary_dim = rotary_dim;
+    f->args.inv_freq = freq_table;
+}
+static void freq_negative(fixture *f) { set_freq(f, 0, 5, -1.0); }
+static void freq_nan_last(fixture *f) { set_freq(f, 0, 31, NAN); }
+static void freq_inf_first(fixture *f) { set_freq(f, 16, 0, INFINITY); }
+static void freq_negative_partial(fixture *f) { set_freq(f, 16, 7, -0.25); }
+static void scaling_negative(fixture *f) { f->args.attention_scaling = -1.0; }
+static void scaling_nan(fixture *f) { f->args.attention_scaling = NAN; }
+static void scaling_inf(fixture *f) { f->args.attention_scaling = INFINITY; }
 static void negative_threads(fixture *f) { f->args.num_threads = -1; }
 static void unknown_flag(fixture *f) { f->args.flags = 0x10; }
 static void reserved_set(fixture *f) { f->args.reserved[5] = 1; }
@@ -156,13 +174,60 @@ static void test_dtypes_and_scalars_name_the_value(void)
     EXPECT(base_inf, RP_ERR_INVALID_ARGUMENT, "rope_base must be a positive finite number, got inf");
 }
 
-static void test_extensions_are_refused_not_ignored(void)
+static void test_rope_variant_fields_name_the_value(void)
 {
-    EXPECT(style_gptj, RP_ERR_UNSUPPORTED, "style 1 is not supported: only RP_ROPE_NEOX (0) is implemented");
-    EXPECT(style_unknown, RP_ERR_INVALID_ARGUMENT, "style 9 is not supported: only RP_ROPE_NEOX (0) is implemented");
-    EXPECT(partial_rotary, RP_ERR_UNSUPPORTED,
-           "rotary_dim 32 is not supported: only 0 or head_dim (64) is implemented");
-    EXPECT(custom_freq, RP_ERR_UNSUPPORTED, "inv_freq (custom frequencies) is not supported yet: pass NULL");
+    EXPECT(style_unknown, RP_ERR_INVALID_ARGUMENT,
+           "style 9 is not a rope style: use RP_ROPE_NEOX (0) or RP_ROPE_GPTJ (1)");
+    EXPECT(style_negative, RP_ERR_INVALID_ARGUMENT,
+           "style -1 is not a rope style: use RP_ROPE_NEOX (0) or RP_ROPE_GPTJ (1)");
+    EXPECT(rotary_dim_odd, RP_ERR_INVALID_ARGUMENT, "rotary_dim must be even, got 33");
+    EXPECT(rotary_dim_one, RP_ERR_INVALID_ARGUMENT, "rotary_dim must be >= 2 (0 = head_dim), got 1");
+    EXPECT(rotary_dim_negative, RP_ERR_INVALID_ARGUMENT, "rotary_dim must be >= 2 (0 = head_dim), got -2");
+    EXPECT(rotary_dim_past_head_dim, RP_ERR_INVALID_ARGUMENT, "rotary_dim 66 is larger than head_dim 64");
+    EXPECT(freq_negative, RP_ERR_INVALID_ARGUMENT, "inv_freq[5] must be finite and >= 0, got -1");
+    EXPECT(freq_nan_last, RP_ERR_INVALID_ARGUMENT, "inv_freq[31] must be finite and >= 0, got nan");
+    EXPECT(freq_inf_first, RP_ERR_INVALID_ARGUMENT, "inv_freq[0] must be finite and >= 0, got inf");
+    EXPECT(freq_negative_partial, RP_ERR_INVALID_ARGUMENT, "inv_freq[7] must be finite and >= 0, got -0.25");
+    EXPECT(scaling_negative, RP_ERR_INVALID_ARGUMENT,
+           "attention_scaling must be positive and finite (0 = 1.0), got -1");
+    EXPECT(scaling_nan, RP_ERR_INVALID_ARGUMENT,
+           "attention_scaling must be positive and finite (0 = 1.0), got nan");
+    EXPECT(scaling_inf, RP_ERR_INVALID_ARGUMENT,
+           "attention_scaling must be positive and finite (0 = 1.0), got inf");
+}
+
+/* rotary_dim R reads inv_freq[0 .. R/2) only: what lies past it is not the call's business. */
+static void test_inv_freq_is_read_up_to_rotary_dim_over_2(void)
+{
+    fixture f;
+    fixture_init(&f, &rng, 6, 8, 2, 64, 16, RP_F32, RP_I32, 4096, 0);
+    set_freq(&f, 16, 8, NAN);
+    char msg[256];
+    CHECK(rp_rope_pool_fused(NULL, &f.args, msg, sizeof msg) == RP_OK, "%s", msg);
+    fixture_free(&f);
+}
+
+/* T = 0 with every variant field set is a no-op that still checks them. */
+static void test_zero_tokens_with_a_variant_is_a_checked_no_op(void)
+{
+    for (int bad = 0; bad < 2; bad++) {
+        fixture f;
+        fixture_init(&f, &rng, 0, 4, 2, 64, 8, RP_BF16, RP_I64, 100, 0);
+        set_freq(&f, 32, bad ? 3 : -1, NAN);
+        f.args.style = RP_ROPE_GPTJ;
+        f.args.attention_scaling = 1.5;
+        snapshot s;
+        snapshot_take(&s, &f);
+        char msg[256];
+        const rp_status st = rp_rope_pool_fused(NULL, &f.args, msg, sizeof msg);
+        CHECK(st == (bad ? RP_ERR_INVALID_ARGUMENT : RP_OK), "T = 0%s: %s", bad ? " with a NaN frequency" : "", msg);
+        CHECK(snapshot_unchanged(&s, &f), "T = 0 wrote a pool");
+        fixture_free(&f);
+    }
+}
+
+static void test_other_extensions_are_checked(void)
+{
     EXPECT(negative_threads, RP_ERR_INVALID_ARGUMENT, "num_threads must be >= 0 (0 = the context's), got -1");
     EXPECT(unknown_flag, RP_ERR_INVALID_ARGUMENT,
            "flags 0x10 has unknown bits (known: RP_CHECK_SLOTS = 0x1, RP_VALIDATE_ONLY = 0x2)");
@@ -308,7 +373,9 @@ static void test_names_and_version(void)
 int main(void)
 {
     RUN(test_dtypes_and_scalars_name_the_value);
-    RUN(test_extensions_are_refused_not_ignored);
+    RUN(test_rope_variant_fields_name_the_value);
+    RUN(test_inv_freq_is_read_up_to_rotary_dim_over_2);
+    RUN(test_other_extensions_are_checked);
     RUN(test_outputs_devices_and_memory);
     RUN(test_aliasing_outputs_are_rejected);
     RUN(test_slot_values_are_checked_in_token_order);
@@ -316,5 +383,6 @@ int main(void)
     RUN(test_null_args_and_cuda_without_context);
     RUN(test_context_options_are_checked);
     RUN(test_names_and_version);
+    RUN(test_zero_tokens_with_a_variant_is_a_checked_no_op); /* last: q_rot_is_k depends on the heap's layout */
     return test_summary("test_checks");
 }

@@ -2,7 +2,8 @@
  * test_fuzz.c — random calls against one shared arena of memory.
  *
  * Every tensor of a call is a random view (shape, strides, sign, padding, offset, sometimes
- * aliasing another) into one arena. Whatever the library answers, three things must hold:
+ * aliasing another) into one arena, and the RoPE variant (style, rotary_dim, inv_freq,
+ * attention_scaling) is drawn too. Whatever the library answers, three things must hold:
  *   - an error leaves the arena byte-identical (nothing written on failure);
  *   - a success changes no byte outside q_rot, k_rot and the pool rows named by the slots;
  *   - a success's outputs meet the float64 bound against the inputs as they were before the call.
@@ -108,6 +109,19 @@ static void fuzz_one(int call, int *ok_calls)
     a.rope_base = chance(2) ? -1.0 : chance(50) ? 10000.0 : 500000.0;
     if (chance(5)) /* a wrong rank */
         a.v.ndim = 2;
+    /* The RoPE variant: mostly valid, sometimes an unknown style, a bad rotary_dim, a table with
+     * a bad entry, or a bad attention scaling. */
+    static double table[32];
+    a.style = chance(3) ? (int32_t)pick(2, 5) : chance(50) ? RP_ROPE_GPTJ : RP_ROPE_NEOX;
+    a.rotary_dim = chance(40) ? 0 : chance(5) ? pick(-3, D + 3) : 2 * pick(1, D / 2);
+    if (chance(40)) {
+        for (int j = 0; j < 32; j++)
+            table[j] = chance(10) ? 0.0 : rng_uniform(&rng, 0.0, 1.5);
+        if (chance(5))
+            table[pick(0, D / 2 - 1)] = chance(50) ? -0.5 : NAN;
+        a.inv_freq = table;
+    }
+    a.attention_scaling = chance(50) ? 0.0 : chance(3) ? -1.0 : rng_uniform(&rng, 0.5, 2.0);
 
     /* Index values go into the arena before the snapshot (they are inputs). Slots: mostly
      * distinct in range, some negative, sometimes out of range or repeated. */
@@ -180,8 +194,7 @@ static void fuzz_one(int call, int *ok_calls)
     p.positions = (const char *)p.positions + shift;
     p.slots = (const char *)p.slots + shift;
     double freq[64];
-    rp_compute_inv_freq(a.rope_base, D, freq);
-    p.inv_freq = freq;
+    rp_problem_fill_freq(&p, freq);
     rp_verify_result r;
     rp_ref_verify(&p, &r);
     CHECK(r.failures == 0, "call %d: %lld elements wrong; first: %s", call, (long long)r.failures, r.first_failure);

@@ -46,8 +46,7 @@ static rp_problem problem_of(fixture *f, double *freq)
     rp_err err = {NULL, 0};
     rp_status st = rp_validate(&f->args, &p, &err);
     CHECK(st == RP_OK, "fixture does not validate: %s", rp_status_name(st));
-    rp_compute_inv_freq(f->args.rope_base, f->D, freq);
-    p.inv_freq = freq;
+    rp_problem_fill_freq(&p, freq);
     return p;
 }
 
@@ -100,22 +99,95 @@ static void test_every_level_within_bound_at_extreme_positions(void)
     }
 }
 
+/* Both styles, R in {2, D - 2, D/2, D}, each table kind and attention scaling, on head dims that
+ * are and are not vector multiples (80, 96), at extreme positions: within the bound, pass-through
+ * dims exact; the reference exactly the float64 formula rounded once. */
+static void test_every_level_serves_every_variant(void)
+{
+    static const int64_t dims[][3] = {{3, 1, 80}, {2, 2, 96}, {4, 2, 128}, {2, 1, 256}, {1, 1, 64}};
+    for (int l = 0; l < num_levels; l++) {
+        if (!levels[l].supported)
+            continue;
+        double worst = 0.0;
+        for (int d = 0; d < 3; d++)
+            for (size_t s = 0; s < sizeof dims / sizeof dims[0]; s++)
+                for (int v = 0; v < NUM_TEST_VARIANTS; v++) {
+                    fixture f;
+                    fixture_init_extreme(&f, &rng, dims[s], dtypes[d], v % 2 ? RP_I64 : RP_I32);
+                    fixture_set_variant(&f, &rng, &test_variants[v]);
+                    run_level(&levels[l], &f, RP_PARTS_ALL);
+                    char what[160], name[64];
+                    snprintf(what, sizeof what, "%s %s %s", levels[l].name, rp_dtype_name(dtypes[d]),
+                             variant_name(&test_variants[v], dims[s][2], name, sizeof name));
+                    verify_fixture(&f, what, &worst);
+                    fixture_free(&f);
+                }
+        printf("  %-9s worst |error|/bound = %.3f\n", levels[l].name, worst);
+        if (strcmp(levels[l].name, "reference") == 0)
+            CHECK(worst == 0.0, "the reference must be the float64 formula rounded once, worst %g", worst);
+    }
+}
+
+/* An all-zero table leaves every pair unrotated: with s = 1 the outputs are the inputs bit for
+ * bit, and with s = 2 (exact in binary) exactly twice them. */
+static void test_zero_frequencies_leave_pairs_unrotated(void)
+{
+    static const rope_variant zero[2] = {{RP_ROPE_GPTJ, -2, TABLE_ZERO, 1.0}, {RP_ROPE_NEOX, 0, TABLE_ZERO, 2.0}};
+    for (int l = 0; l < num_levels; l++) {
+        if (!levels[l].supported)
+            continue;
+        for (int d = 0; d < 3; d++)
+            for (int z = 0; z < 2; z++) {
+                fixture f;
+                fixture_init(&f, &rng, 7, 3, 2, 96, 8, dtypes[d], RP_I32, 1 << 30, 0);
+                fixture_set_variant(&f, &rng, &zero[z]);
+                run_level(&levels[l], &f, RP_PARTS_ALL);
+                int same = 1;
+                for (int64_t i = 0; i < f.T * f.Hq * f.D; i++) {
+                    double x, y;
+                    if (dtypes[d] == RP_F32) {
+                        x = ((float *)f.q)[i];
+                        y = ((float *)f.q_rot)[i];
+                    } else if (dtypes[d] == RP_F16) {
+                        x = rp_f16_bits_to_double(((uint16_t *)f.q)[i]);
+                        y = rp_f16_bits_to_double(((uint16_t *)f.q_rot)[i]);
+                    } else {
+                        x = rp_bf16_bits_to_float(((uint16_t *)f.q)[i]);
+                        y = rp_bf16_bits_to_float(((uint16_t *)f.q_rot)[i]);
+                    }
+                    const int64_t dim = i % f.D;
+                    same &= y == (dim < f.D - 2 || z == 1 ? zero[z].attention_scaling * x : x);
+                }
+                CHECK(same, "%s %s zero table s=%g: q_rot is not s * q", levels[l].name,
+                      rp_dtype_name(dtypes[d]), zero[z].attention_scaling);
+                fixture_free(&f);
+            }
+    }
+}
+
 /* int64 positions beyond int32 take the exact libm path in the fast kernels. */
 static void test_int64_positions_beyond_int32(void)
 {
     static const int64_t big[] = {(int64_t)1 << 31, (int64_t)1 << 40, ((int64_t)1 << 53) - 1,
                                   -((int64_t)1 << 45) + 12345, INT64_MAX, INT64_MIN};
+    static const int variants[] = {0, 2, 5, 7};
     for (int l = 0; l < num_levels; l++) {
         if (!levels[l].supported)
             continue;
         double worst = 0.0;
-        fixture f;
-        fixture_init(&f, &rng, 6, 2, 1, 64, 8, RP_F32, RP_I64, 10, 0);
-        for (int t = 0; t < 6; t++)
-            ((int64_t *)f.positions)[t] = big[t];
-        run_level(&levels[l], &f, RP_PARTS_ALL);
-        verify_fixture(&f, levels[l].name, &worst);
-        fixture_free(&f);
+        for (int v = 0; v < 4; v++) {
+            fixture f;
+            fixture_init(&f, &rng, 6, 2, 1, 64, 8, RP_F32, RP_I64, 10, 0);
+            fixture_set_variant(&f, &rng, &test_variants[variants[v]]);
+            for (int t = 0; t < 6; t++)
+                ((int64_t *)f.positions)[t] = big[t];
+            run_level(&levels[l], &f, RP_PARTS_ALL);
+            char what[128], name[64];
+            snprintf(what, sizeof what, "%s %s", levels[l].name,
+                     variant_name(&test_variants[variants[v]], 64, name, sizeof name));
+            verify_fixture(&f, what, &worst);
+            fixture_free(&f);
+        }
     }
 }
 
@@ -145,6 +217,25 @@ static void test_verifier_catches_a_wrong_element(void)
     rp_ref_verify(&p, &r);
     CHECK(r.failures > 0, "verifier accepted float32 angles at position 1e6");
     fixture_free(&f);
+
+    /* A changed pass-through element, and GPT-J results checked as NeoX ones, are caught. */
+    fixture_init(&f, &rng, 3, 2, 1, 16, 4, RP_F32, RP_I32, 100000, 0);
+    const rope_variant gptj = {RP_ROPE_GPTJ, 8, TABLE_DEFAULT, 0.0};
+    fixture_set_variant(&f, &rng, &gptj);
+    run_level(&levels[0], &f, RP_PARTS_ALL);
+    p = problem_of(&f, freq);
+    rp_ref_verify(&p, &r);
+    CHECK(r.failures == 0, "verifier rejects a correct GPT-J result: %s", r.first_failure);
+    p.style = RP_ROPE_NEOX;
+    rp_ref_verify(&p, &r);
+    CHECK(r.failures > 0, "verifier accepted GPT-J pairs as NeoX ones");
+    p.style = RP_ROPE_GPTJ;
+    q_rot = f.q_rot;
+    q_rot[16 + 12] = nextafterf(q_rot[16 + 12], 10.0f);
+    rp_ref_verify(&p, &r);
+    CHECK(r.failures == 1, "verifier missed a pass-through element off by one ulp (failures %lld)",
+          (long long)r.failures);
+    fixture_free(&f);
 }
 
 static void test_split_parts_equal_fused(void)
@@ -152,18 +243,21 @@ static void test_split_parts_equal_fused(void)
     for (int l = 1; l < num_levels; l++) {
         if (!levels[l].supported)
             continue;
-        for (int d = 0; d < 3; d++) {
+        for (int d = 0; d < 3 * NUM_TEST_VARIANTS; d++) {
             fixture f, g;
             test_rng r1 = {99}, r2 = {99};
-            fixture_init(&f, &r1, 9, 4, 2, 64, 32, dtypes[d], RP_I32, 50000, 1);
-            fixture_init(&g, &r2, 9, 4, 2, 64, 32, dtypes[d], RP_I32, 50000, 1);
+            fixture_init(&f, &r1, 9, 4, 2, 64, 32, dtypes[d % 3], RP_I32, 50000, 1);
+            fixture_init(&g, &r2, 9, 4, 2, 64, 32, dtypes[d % 3], RP_I32, 50000, 1);
+            fixture_set_variant(&f, &r1, &test_variants[d / 3]);
+            fixture_set_variant(&g, &r2, &test_variants[d / 3]);
             run_level(&levels[l], &f, RP_PARTS_ALL);
             run_level(&levels[l], &g, RP_PARTS_ROTATE);
             run_level(&levels[l], &g, RP_PARTS_SCATTER);
-            const size_t e = rp_dtype_size(dtypes[d]);
+            const size_t e = rp_dtype_size(dtypes[d % 3]);
             CHECK(memcmp(f.q_rot, g.q_rot, 9 * 4 * 64 * e) == 0 && memcmp(f.k_rot, g.k_rot, 9 * 2 * 64 * e) == 0 &&
                       memcmp(f.k_pool, g.k_pool, 32 * 2 * 64 * e) == 0 && memcmp(f.v_pool, g.v_pool, 32 * 2 * 64 * e) == 0,
-                  "%s %s: rotate + scatter differs from the fused call", levels[l].name, rp_dtype_name(dtypes[d]));
+                  "%s %s variant %d: rotate + scatter differs from the fused call", levels[l].name,
+                  rp_dtype_name(dtypes[d % 3]), d / 3);
             fixture_free(&f);
             fixture_free(&g);
         }
@@ -172,7 +266,10 @@ static void test_split_parts_equal_fused(void)
 
 static void test_bit_identical_for_any_thread_count(void)
 {
-    for (int d = 0; d < 3; d++) {
+    static const rope_variant variants[3] = {{RP_ROPE_NEOX, 0, TABLE_DEFAULT, 0.0},
+                                             {RP_ROPE_GPTJ, 64, TABLE_F64, 1.2},
+                                             {RP_ROPE_NEOX, 32, TABLE_F32, 0.0}};
+    for (int d = 0; d < 9; d++) {
         unsigned char *first[4] = {0};
         size_t sizes[4] = {0};
         for (int threads = 1; threads <= 5; threads++) {
@@ -183,9 +280,10 @@ static void test_bit_identical_for_any_thread_count(void)
             CHECK(rp_context_create(&o, &ctx, msg, sizeof msg) == RP_OK, "%s", msg);
             fixture f;
             test_rng r = {5};
-            fixture_init(&f, &r, 301, 8, 2, 128, 400, dtypes[d], RP_I32, 1 << 20, 1);
+            fixture_init(&f, &r, 301, 8, 2, 128, 400, dtypes[d % 3], RP_I32, 1 << 20, 1);
+            fixture_set_variant(&f, &r, &variants[d / 3]);
             CHECK(rp_rope_pool_fused(ctx, &f.args, msg, sizeof msg) == RP_OK, "%s", msg);
-            const size_t e = rp_dtype_size(dtypes[d]);
+            const size_t e = rp_dtype_size(dtypes[d % 3]);
             void *outs[4] = {f.q_rot, f.k_rot, f.k_pool, f.v_pool};
             size_t n[4] = {301 * 8 * 128 * e, 301 * 2 * 128 * e, 400 * 2 * 128 * e, 400 * 2 * 128 * e};
             for (int i = 0; i < 4; i++) {
@@ -194,8 +292,8 @@ static void test_bit_identical_for_any_thread_count(void)
                     memcpy(first[i], outs[i], n[i]);
                     sizes[i] = n[i];
                 } else {
-                    CHECK(memcmp(first[i], outs[i], sizes[i]) == 0, "%s output %d differs at %d threads",
-                          rp_dtype_name(dtypes[d]), i, threads);
+                    CHECK(memcmp(first[i], outs[i], sizes[i]) == 0, "%s variant %d output %d differs at %d threads",
+                          rp_dtype_name(dtypes[d % 3]), d / 3, i, threads);
                 }
             }
             fixture_free(&f);
@@ -364,6 +462,36 @@ static void test_fast_kernels_on_tails_misaligned_rows_in_place_and_parts(void)
     }
 }
 
+/* Every variant on strided rows off cache lines and in place, each part of the unfused split too,
+ * at head dims 80, 96, 128 and GPT-J's 256: within the bound, nothing outside the rows written. */
+static void test_variants_on_strided_rows_in_place_and_parts(void)
+{
+    static const int64_t dims[] = {80, 96, 128, 256};
+    static const layout layouts[] = {{0, 0, 0, 0}, {1, 3, 1, 0}, {0, 0, 0, 1}, {3, 1, 1, 1}};
+    static const rp_parts parts[] = {RP_PARTS_ALL, RP_PARTS_ROTATE, RP_PARTS_SCATTER};
+    for (int l = 0; l < num_levels; l++) {
+        if (!levels[l].supported)
+            continue;
+        for (int d = 0; d < 3; d++)
+            for (size_t s = 0; s < sizeof dims / sizeof dims[0]; s++)
+                for (int v = 0; v < NUM_TEST_VARIANTS; v++)
+                    for (size_t y = 0; y < sizeof layouts / sizeof layouts[0]; y++) {
+                        const int part = layouts[y].in_place ? 0 : (int)((s + (size_t)v) % 3);
+                        fixture f;
+                        fixture_init(&f, &rng, 5, 3, 2, dims[s], 8, dtypes[d], RP_I32, 1 << 22, 1);
+                        fixture_set_variant(&f, &rng, &test_variants[v]);
+                        char what[192], name[64];
+                        snprintf(what, sizeof what, "%s %s %s pads %lld/%lld shift %lld%s part %d",
+                                 levels[l].name, rp_dtype_name(dtypes[d]),
+                                 variant_name(&test_variants[v], dims[s], name, sizeof name),
+                                 (long long)layouts[y].pad0, (long long)layouts[y].pad1,
+                                 (long long)layouts[y].shift, layouts[y].in_place ? " in place" : "", part);
+                        check_padded_call(&levels[l], &f, layouts[y], parts[part], what);
+                        fixture_free(&f);
+                    }
+    }
+}
+
 /* Angles past the vector range reduction mixed with ordinary ones in one vector: a rope_base
  * below 1 makes the frequencies grow to ~1000, so int32 positions reach angles beyond 2^31. */
 static void test_fast_kernels_mix_libm_and_vector_lanes(void)
@@ -422,54 +550,66 @@ static void test_fast_kernels_round_subnormals_and_specials(void)
 
 /* Calls large enough for streaming stores (RP_STREAM_MIN_BYTES), with rows on cache lines so
  * that they stream, and shifted so that they cannot: within the bound, pools exact, nothing else
- * written, and bit-identical to the same tokens run as small calls with ordinary stores. */
+ * written, and bit-identical to the same tokens run as small calls with ordinary stores. The
+ * variants cover the direct streaming path (segments of whole lines: NeoX 128, GPT-J 64 of 128)
+ * and the staged one (NeoX 24 of 96, GPT-J 40 of 80). */
 static void test_fast_kernels_large_calls_stream_the_same_bits(void)
 {
-    const int64_t Hq = 8, Hk = 4, D = 128;
+    static const struct {
+        int64_t D;
+        rope_variant v;
+    } cases[] = {{128, {RP_ROPE_NEOX, 0, TABLE_DEFAULT, 0.0}}, {128, {RP_ROPE_GPTJ, 64, TABLE_F64, 1.2}},
+                 {96, {RP_ROPE_NEOX, 24, TABLE_F32, 0.0}},     {80, {RP_ROPE_GPTJ, 40, TABLE_DEFAULT, 0.0}}};
+    const int64_t Hq = 8, Hk = 4;
     for (int l = 2; l < num_levels; l++) {
         if (!levels[l].supported)
             continue;
-        for (int d = 0; d < 3; d += 2) {
-            const rp_dtype dt = dtypes[d];
-            const size_t e = rp_dtype_size(dt);
-            const int64_t T = RP_STREAM_MIN_BYTES / ((2 * Hq + 5 * Hk) * D * (int64_t)e) + 7, P = T + 5;
-            for (int shift = 0; shift < 2; shift++) {
-                fixture f, g;
-                test_rng r1 = {77}, r2 = {77};
-                fixture_init(&f, &r1, T, Hq, Hk, D, P, dt, RP_I32, 1 << 20, 1);
-                fixture_init(&g, &r2, T, Hq, Hk, D, P, dt, RP_I32, 1 << 20, 1);
-                char what[96];
-                snprintf(what, sizeof what, "%s %s T=%lld %s", levels[l].name, rp_dtype_name(dt),
-                         (long long)T, shift ? "shifted" : "on cache lines");
-                const layout L = {0, 0, shift, 0};
-                check_padded_call(&levels[l], &f, L, RP_PARTS_ALL, what);
-                for (int64_t t0 = 0; t0 < T; t0 += 16) { /* each piece far below the threshold */
-                    const int64_t n = T - t0 < 16 ? T - t0 : 16;
-                    fixture piece = g;
-                    rp_rope_pool_args *a = &piece.args;
-                    piece.T = n;
-                    a->q = rp_tensor_3d((char *)g.q + (size_t)(t0 * Hq * D) * e, dt, n, Hq, D);
-                    a->k = rp_tensor_3d((char *)g.k + (size_t)(t0 * Hk * D) * e, dt, n, Hk, D);
-                    a->v = rp_tensor_3d((char *)g.v + (size_t)(t0 * Hk * D) * e, dt, n, Hk, D);
-                    a->q_rot = rp_tensor_3d((char *)g.q_rot + (size_t)(t0 * Hq * D) * e, dt, n, Hq, D);
-                    a->k_rot = rp_tensor_3d((char *)g.k_rot + (size_t)(t0 * Hk * D) * e, dt, n, Hk, D);
-                    a->positions = rp_tensor_1d((int32_t *)g.positions + t0, RP_I32, n);
-                    a->slots = rp_tensor_1d((int32_t *)g.slots + t0, RP_I32, n);
-                    run_level(&levels[l], &piece, RP_PARTS_ALL);
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+            for (int d = 0; d < 3; d += 2) {
+                const rp_dtype dt = dtypes[d];
+                const size_t e = rp_dtype_size(dt);
+                const int64_t D = cases[c].D;
+                const int64_t T = RP_STREAM_MIN_BYTES / ((2 * Hq + 5 * Hk) * D * (int64_t)e) + 7, P = T + 5;
+                for (int shift = 0; shift < 2; shift++) {
+                    fixture f, g;
+                    test_rng r1 = {77}, r2 = {77};
+                    fixture_init(&f, &r1, T, Hq, Hk, D, P, dt, RP_I32, 1 << 20, 1);
+                    fixture_init(&g, &r2, T, Hq, Hk, D, P, dt, RP_I32, 1 << 20, 1);
+                    fixture_set_variant(&f, &r1, &cases[c].v);
+                    fixture_set_variant(&g, &r2, &cases[c].v);
+                    char what[160], name[64];
+                    snprintf(what, sizeof what, "%s %s %s T=%lld %s", levels[l].name, rp_dtype_name(dt),
+                             variant_name(&cases[c].v, D, name, sizeof name), (long long)T,
+                             shift ? "shifted" : "on cache lines");
+                    const layout L = {0, 0, shift, 0};
+                    check_padded_call(&levels[l], &f, L, RP_PARTS_ALL, what);
+                    for (int64_t t0 = 0; t0 < T; t0 += 16) { /* each piece far below the threshold */
+                        const int64_t n = T - t0 < 16 ? T - t0 : 16;
+                        fixture piece = g;
+                        rp_rope_pool_args *a = &piece.args;
+                        piece.T = n;
+                        a->q = rp_tensor_3d((char *)g.q + (size_t)(t0 * Hq * D) * e, dt, n, Hq, D);
+                        a->k = rp_tensor_3d((char *)g.k + (size_t)(t0 * Hk * D) * e, dt, n, Hk, D);
+                        a->v = rp_tensor_3d((char *)g.v + (size_t)(t0 * Hk * D) * e, dt, n, Hk, D);
+                        a->q_rot = rp_tensor_3d((char *)g.q_rot + (size_t)(t0 * Hq * D) * e, dt, n, Hq, D);
+                        a->k_rot = rp_tensor_3d((char *)g.k_rot + (size_t)(t0 * Hk * D) * e, dt, n, Hk, D);
+                        a->positions = rp_tensor_1d((int32_t *)g.positions + t0, RP_I32, n);
+                        a->slots = rp_tensor_1d((int32_t *)g.slots + t0, RP_I32, n);
+                        run_level(&levels[l], &piece, RP_PARTS_ALL);
+                    }
+                    CHECK(memcmp(f.q_rot, g.q_rot, (size_t)(T * Hq * D) * e) == 0 &&
+                              memcmp(f.k_rot, g.k_rot, (size_t)(T * Hk * D) * e) == 0 &&
+                              memcmp(f.k_pool, g.k_pool, (size_t)(P * Hk * D) * e) == 0 &&
+                              memcmp(f.v_pool, g.v_pool, (size_t)(P * Hk * D) * e) == 0,
+                          "%s: one large call differs from small calls", what);
+                    /* The unfused parts stream too: ROTATE leaves the pools alone, SCATTER after
+                     * it copies k_rot. */
+                    for (int part = RP_PARTS_ROTATE; shift == 0 && d == 0 && part <= RP_PARTS_SCATTER; part++)
+                        check_padded_call(&levels[l], &f, L, (rp_parts)part, what);
+                    fixture_free(&f);
+                    fixture_free(&g);
                 }
-                CHECK(memcmp(f.q_rot, g.q_rot, (size_t)(T * Hq * D) * e) == 0 &&
-                          memcmp(f.k_rot, g.k_rot, (size_t)(T * Hk * D) * e) == 0 &&
-                          memcmp(f.k_pool, g.k_pool, (size_t)(P * Hk * D) * e) == 0 &&
-                          memcmp(f.v_pool, g.v_pool, (size_t)(P * Hk * D) * e) == 0,
-                      "%s: one large call differs from small calls", what);
-                /* The unfused parts stream too: ROTATE leaves the pools alone, SCATTER after it
-                 * copies k_rot. */
-                for (int part = RP_PARTS_ROTATE; shift == 0 && d == 0 && part <= RP_PARTS_SCATTER; part++)
-                    check_padded_call(&levels[l], &f, L, (rp_parts)part, what);
-                fixture_free(&f);
-                fixture_free(&g);
             }
-        }
     }
 }
 
@@ -481,19 +621,23 @@ static void test_avx2_and_avx512_agree_bit_for_bit(void)
         printf("skip: needs both avx2 and avx512\n");
         return;
     }
-    static const int64_t dims[] = {2, 34, 128};
-    for (int d = 0; d < 3; d++)
-        for (int s = 0; s < 3; s++) {
+    static const int64_t dims[] = {2, 34, 128, 96, 80};
+    for (int d = 0; d < 3 * NUM_TEST_VARIANTS; d++)
+        for (int s = 0; s < 5; s++) {
             fixture f, g;
             test_rng r1 = {11}, r2 = {11};
-            fixture_init(&f, &r1, 29, 3, 2, dims[s], 40, dtypes[d], RP_I64, 1 << 30, 1);
-            fixture_init(&g, &r2, 29, 3, 2, dims[s], 40, dtypes[d], RP_I64, 1 << 30, 1);
+            fixture_init(&f, &r1, 29, 3, 2, dims[s], 40, dtypes[d % 3], RP_I64, 1 << 30, 1);
+            fixture_init(&g, &r2, 29, 3, 2, dims[s], 40, dtypes[d % 3], RP_I64, 1 << 30, 1);
+            fixture_set_variant(&f, &r1, &test_variants[d / 3]);
+            fixture_set_variant(&g, &r2, &test_variants[d / 3]);
             run_level(&levels[2], &f, RP_PARTS_ALL);
             run_level(&levels[3], &g, RP_PARTS_ALL);
-            const size_t e = rp_dtype_size(dtypes[d]);
+            const size_t e = rp_dtype_size(dtypes[d % 3]);
+            char name[64];
             CHECK(memcmp(f.q_rot, g.q_rot, (size_t)(29 * 3 * dims[s]) * e) == 0 &&
                       memcmp(f.k_pool, g.k_pool, (size_t)(40 * 2 * dims[s]) * e) == 0,
-                  "%s D=%lld: avx2 and avx512 differ", rp_dtype_name(dtypes[d]), (long long)dims[s]);
+                  "%s %s: avx2 and avx512 differ", rp_dtype_name(dtypes[d % 3]),
+                  variant_name(&test_variants[d / 3], dims[s], name, sizeof name));
             fixture_free(&f);
             fixture_free(&g);
         }
@@ -504,11 +648,14 @@ int main(void)
     find_levels();
     printf("dispatch chose: %s\n", rp_cpu_kernel_name());
     RUN(test_every_level_within_bound_at_extreme_positions);
+    RUN(test_every_level_serves_every_variant);
+    RUN(test_zero_frequencies_leave_pairs_unrotated);
     RUN(test_int64_positions_beyond_int32);
     RUN(test_verifier_catches_a_wrong_element);
     RUN(test_split_parts_equal_fused);
     RUN(test_bit_identical_for_any_thread_count);
     RUN(test_fast_kernels_on_tails_misaligned_rows_in_place_and_parts);
+    RUN(test_variants_on_strided_rows_in_place_and_parts);
     RUN(test_fast_kernels_mix_libm_and_vector_lanes);
     RUN(test_fast_kernels_round_subnormals_and_specials);
     RUN(test_fast_kernels_large_calls_stream_the_same_bits);

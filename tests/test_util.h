@@ -103,6 +103,7 @@ typedef struct fixture {
     int64_t T, Hq, Hk, D, P;
     rp_dtype dtype, index_dtype;
     void *q, *k, *v, *q_rot, *k_rot, *k_pool, *v_pool, *positions, *slots;
+    double *inv_freq; /* the caller's table when a test sets one (fixture_set_variant), or NULL */
     rp_rope_pool_args args;
 } fixture;
 
@@ -185,7 +186,8 @@ static inline void fixture_init(fixture *f, test_rng *r, int64_t T, int64_t Hq, 
 
 static inline void fixture_free(fixture *f)
 {
-    void *bufs[] = {f->q, f->k, f->v, f->q_rot, f->k_rot, f->k_pool, f->v_pool, f->positions, f->slots};
+    void *bufs[] = {f->q, f->k, f->v, f->q_rot, f->k_rot, f->k_pool, f->v_pool, f->positions, f->slots,
+                    f->inv_freq};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     memset(f, 0, sizeof *f);

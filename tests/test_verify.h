@@ -26,14 +26,86 @@ static inline void verify_outputs(const rp_rope_pool_args *in, const rp_rope_poo
         p.v_stride[d] = in->v.strides[d];
     }
     double *freq = test_alloc((size_t)(out->head_dim / 2 + 1) * sizeof *freq);
-    rp_compute_inv_freq(out->rope_base, out->head_dim, freq);
-    p.inv_freq = freq;
+    rp_problem_fill_freq(&p, freq);
     rp_verify_result r;
     rp_ref_verify(&p, &r);
     CHECK(r.failures == 0, "%s: %lld of %lld wrong; first: %s", what, (long long)r.failures,
           (long long)r.checked, r.first_failure);
     CHECK(r.checked > 0 || out->q.shape[0] == 0, "%s: nothing was checked", what);
     free(freq);
+}
+
+/* ---- RoPE variants ---------------------------------------------------------------------------- */
+
+/* Where a variant's frequencies come from. */
+enum {
+    TABLE_DEFAULT = 0, /* rope_base^(-2j/R), inv_freq NULL                                      */
+    TABLE_F64 = 1,     /* the caller's float64 table: rope_base's scaled per entry (llama3/YaRN-like) */
+    TABLE_F32 = 2,     /* the caller's table of float32 values (as transformers keeps it), every
+                          fifth entry 0 (transformers' "proportional" padding)                  */
+    TABLE_ZERO = 3     /* all zeros: nothing rotates                                              */
+};
+
+typedef struct rope_variant {
+    int32_t style;
+    int64_t rotary_dim; /* > 0: R; <= 0: D + rotary_dim (0 = the whole head), resolved per D */
+    int table;          /* TABLE_* */
+    double attention_scaling;
+} rope_variant;
+
+/* The variants every suite runs: both styles, R in {2, D - 2, D/2, D} (D/2 when even), each
+ * table kind, and attention scaling. */
+static const rope_variant test_variants[] = {
+    {RP_ROPE_NEOX, 0, TABLE_DEFAULT, 0.0},    {RP_ROPE_GPTJ, 0, TABLE_DEFAULT, 0.0},
+    {RP_ROPE_NEOX, 2, TABLE_F64, 1.2},        {RP_ROPE_GPTJ, 2, TABLE_DEFAULT, 0.0},
+    {RP_ROPE_NEOX, -2, TABLE_F32, 0.0},       {RP_ROPE_GPTJ, -2, TABLE_F64, 0.75},
+    {RP_ROPE_NEOX, -1, TABLE_DEFAULT, 1.0},   {RP_ROPE_GPTJ, -1, TABLE_F32, 1.3},
+    {RP_ROPE_NEOX, 0, TABLE_F64, 1.0986},     {RP_ROPE_GPTJ, 0, TABLE_F32, 0.0},
+    {RP_ROPE_NEOX, -1, TABLE_ZERO, 0.0},
+};
+enum { NUM_TEST_VARIANTS = sizeof test_variants / sizeof test_variants[0] };
+
+/* R of variant v for head_dim D; -1 means D/2 (or D when D/2 is odd). */
+static inline int64_t variant_rotary_dim(const rope_variant *v, int64_t D)
+{
+    if (v->rotary_dim == -1)
+        return (D / 2) % 2 == 0 ? D / 2 : D;
+    const int64_t R = v->rotary_dim > 0 ? v->rotary_dim : D + v->rotary_dim;
+    return R < 2 ? 2 : R > D ? D : R;
+}
+
+/* Sets f's call to variant v: style, rotary_dim, attention_scaling and (TABLE_F64/F32/ZERO) a
+ * caller table drawn from rng, owned by f. */
+static inline void fixture_set_variant(fixture *f, test_rng *rng, const rope_variant *v)
+{
+    rp_rope_pool_args *a = &f->args;
+    const int64_t R = variant_rotary_dim(v, f->D);
+    a->style = v->style;
+    a->rotary_dim = R == f->D && v->rotary_dim == 0 ? 0 : R;
+    a->attention_scaling = v->attention_scaling;
+    free(f->inv_freq);
+    f->inv_freq = NULL;
+    a->inv_freq = NULL;
+    if (v->table == TABLE_DEFAULT)
+        return;
+    f->inv_freq = test_alloc((size_t)(R / 2) * sizeof *f->inv_freq);
+    for (int64_t j = 0; j < R / 2; j++) {
+        double freq = pow(a->rope_base, -(double)(2 * j) / (double)R) * rng_uniform(rng, 0.125, 1.0);
+        if (v->table == TABLE_F32)
+            freq = j % 5 == 4 ? 0.0 : (double)(float)freq;
+        f->inv_freq[j] = v->table == TABLE_ZERO ? 0.0 : freq;
+    }
+    a->inv_freq = f->inv_freq;
+}
+
+/* "gptj R=64/128 f64-table s=1.2" */
+static inline const char *variant_name(const rope_variant *v, int64_t D, char *buf, size_t size)
+{
+    static const char *const tables[] = {"rope_base", "f64-table", "f32-table", "zero-table"};
+    snprintf(buf, size, "%s R=%lld/%lld %s s=%g", v->style == RP_ROPE_GPTJ ? "gptj" : "neox",
+             (long long)variant_rotary_dim(v, D), (long long)D, tables[v->table],
+             v->attention_scaling == 0.0 ? 1.0 : v->attention_scaling);
+    return buf;
 }
 
 /* Position t of a sweep that stresses the range reduction: 0, tiny, 2^24 (where float32 stops

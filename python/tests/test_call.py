@@ -278,11 +278,9 @@ def test_style_and_rotary_dim_reach_the_library(ropepool, fw):
     p = Problem(fw)
     before = p.snapshot()
     check_call(p, before, p.call(ropepool, style="neox", rotary_dim=p.D))
-    expect_refusal(ropepool, fw, p.arrays(), p.kwargs(style="gptj"),
-                   "style 1 is not supported: only RP_ROPE_NEOX (0) is implemented", status="RP_ERR_UNSUPPORTED")
-    expect_refusal(ropepool, fw, p.arrays(), p.kwargs(rotary_dim=32),
-                   "rotary_dim 32 is not supported: only 0 or head_dim (64) is implemented",
-                   status="RP_ERR_UNSUPPORTED")
+    expect_refusal(ropepool, fw, p.arrays(), p.kwargs(style=7),
+                   "style 7 is not a rope style: use RP_ROPE_NEOX (0) or RP_ROPE_GPTJ (1)")
+    expect_refusal(ropepool, fw, p.arrays(), p.kwargs(rotary_dim=33), "rotary_dim must be even, got 33")
     with pytest.raises(ValueError, match=r"style must be 'neox' or 'gptj', got 'rotate-half'"):
         p.call(ropepool, style="rotate-half")
 

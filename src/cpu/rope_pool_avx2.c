@@ -44,9 +44,10 @@ static RP_ALWAYS_INLINE void sincos4(__m256d a, __m256d *sin_out, __m256d *cos_o
     *cos_out = _mm256_xor_pd(_mm256_blendv_pd(cr, sr, swap), cos_sign);
 }
 
-static int simd_sincos(const double *inv_freq, int64_t n, double pos, float *cs, float *sn)
+static int simd_sincos(const double *inv_freq, int64_t n, double pos, double scale, float *cs, float *sn)
 {
     const __m256d position = _mm256_set1_pd(pos), limit = _mm256_set1_pd(RP_SINCOS_FAST_LIMIT);
+    const __m256d s_scale = _mm256_set1_pd(scale);
     const __m256d magnitude = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffffll));
     const __m256i lane = _mm256_setr_epi64x(0, 1, 2, 3);
     int slow = 0;
@@ -57,8 +58,8 @@ static int simd_sincos(const double *inv_freq, int64_t n, double pos, float *cs,
         slow |= _mm256_movemask_pd(_mm256_and_pd(bad, _mm256_castsi256_pd(m)));
         __m256d s, c;
         sincos4(angle, &s, &c);
-        _mm_store_ps(cs + i, _mm256_cvtpd_ps(c));
-        _mm_store_ps(sn + i, _mm256_cvtpd_ps(s));
+        _mm_store_ps(cs + i, _mm256_cvtpd_ps(_mm256_mul_pd(s_scale, c)));
+        _mm_store_ps(sn + i, _mm256_cvtpd_ps(_mm256_mul_pd(s_scale, s)));
     }
     return slow;
 }
@@ -152,6 +153,43 @@ static RP_ALWAYS_INLINE void simd_rotate(rp_dtype dt, int stream_dst, int stream
         memcpy(pool + at, out[0], bytes);
         memcpy(pool + at + hb, out[1], bytes);
     }
+}
+
+/* GPT-J: 8 elements (4 neighbouring pairs) from xs to xd and, unless xp is NULL, xp. vpermilps
+ * swaps the two floats of each pair within its 128-bit lane. */
+static RP_ALWAYS_INLINE void rotate_pairs8(rp_dtype dt, int stream_dst, int stream_pool, const char *xs,
+                                           char *xd, char *xp, const float *cd, const float *sd)
+{
+    const __m256 x = load8(dt, xs);
+    const __m256 out = _mm256_fmadd_ps(x, _mm256_loadu_ps(cd),
+                                       _mm256_mul_ps(_mm256_permute_ps(x, 0xb1), _mm256_loadu_ps(sd)));
+    store8(dt, stream_dst, xd, out);
+    if (xp)
+        store8(dt, stream_pool, xp, out);
+}
+
+static RP_ALWAYS_INLINE void simd_rotate_interleaved(rp_dtype dt, int stream_dst, int stream_pool,
+                                                     const char *src, char *dst, char *pool,
+                                                     int64_t n, const float *cd, const float *sd)
+{
+    const int64_t elem = dt == RP_F32 ? 4 : 2;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        rotate_pairs8(dt, stream_dst, stream_pool, src + i * elem, dst + i * elem,
+                      pool ? pool + i * elem : NULL, cd + i, sd + i);
+    if (i == n)
+        return;
+    /* The last n - i < 8 elements (whole pairs): one vector step on zero-padded copies. */
+    const size_t at = (size_t)(i * elem), bytes = (size_t)((n - i) * elem);
+    char in[32] = {0}, out[32];
+    float c[8] = {0}, s[8] = {0};
+    memcpy(in, src + at, bytes);
+    memcpy(c, cd + i, (size_t)(n - i) * sizeof(float));
+    memcpy(s, sd + i, (size_t)(n - i) * sizeof(float));
+    rotate_pairs8(dt, 0, 0, in, out, NULL, c, s);
+    memcpy(dst + at, out, bytes);
+    if (pool)
+        memcpy(pool + at, out, bytes);
 }
 
 /* ---- copies --------------------------------------------------------------------------------------- */

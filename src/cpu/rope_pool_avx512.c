@@ -45,9 +45,10 @@ static RP_ALWAYS_INLINE void sincos8(__m512d a, __m512d *sin_out, __m512d *cos_o
         _mm512_xor_si512(_mm512_castpd_si512(_mm512_mask_blend_pd(swap, cr, sr)), cos_sign));
 }
 
-static int simd_sincos(const double *inv_freq, int64_t n, double pos, float *cs, float *sn)
+static int simd_sincos(const double *inv_freq, int64_t n, double pos, double scale, float *cs, float *sn)
 {
     const __m512d position = _mm512_set1_pd(pos), limit = _mm512_set1_pd(RP_SINCOS_FAST_LIMIT);
+    const __m512d s_scale = _mm512_set1_pd(scale);
     __mmask8 slow = 0;
     for (int64_t i = 0; i < n; i += 8) {
         const __mmask8 m = n - i >= 8 ? (__mmask8)0xff : (__mmask8)((1u << (n - i)) - 1);
@@ -55,8 +56,8 @@ static int simd_sincos(const double *inv_freq, int64_t n, double pos, float *cs,
         slow |= _mm512_mask_cmp_pd_mask(m, _mm512_abs_pd(angle), limit, _CMP_NLT_UQ);
         __m512d s, c;
         sincos8(angle, &s, &c);
-        _mm256_store_ps(cs + i, _mm512_cvtpd_ps(c));
-        _mm256_store_ps(sn + i, _mm512_cvtpd_ps(s));
+        _mm256_store_ps(cs + i, _mm512_cvtpd_ps(_mm512_mul_pd(s_scale, c)));
+        _mm256_store_ps(sn + i, _mm512_cvtpd_ps(_mm512_mul_pd(s_scale, s)));
     }
     return slow != 0;
 }
@@ -184,6 +185,37 @@ static RP_ALWAYS_INLINE void simd_rotate(rp_dtype dt, int stream_dst, int stream
     if (j < n)
         rotate_line(dt, 0, 0, src, dst, pool, j * elem, half_bytes, cs + j, sn + j,
                     (__mmask32)((1u << (n - j)) - 1));
+}
+
+/* GPT-J: elements [at, at + LINE_LANES) masked by m, as neighbouring pairs. vpermilps swaps the
+ * two floats of each pair within its 128-bit lane. */
+static RP_ALWAYS_INLINE void rotate_pairs_line(rp_dtype dt, int stream_dst, int stream_pool, const char *src,
+                                               char *dst, char *pool, int64_t at, const float *cd,
+                                               const float *sd, __mmask32 m)
+{
+    const line x = load_line(dt, src + at, m);
+    line out;
+    const __mmask16 m_lo = (__mmask16)m, m_hi = (__mmask16)(m >> 16);
+    out.lo = _mm512_fmadd_ps(x.lo, cs_load(cd, m_lo), _mm512_mul_ps(_mm512_permute_ps(x.lo, 0xb1), cs_load(sd, m_lo)));
+    out.hi = out.lo;
+    if (dt != RP_F32)
+        out.hi = _mm512_fmadd_ps(x.hi, cs_load(cd + 16, m_hi),
+                                 _mm512_mul_ps(_mm512_permute_ps(x.hi, 0xb1), cs_load(sd + 16, m_hi)));
+    store_line(dt, stream_dst, dst + at, out, m);
+    if (pool)
+        store_line(dt, stream_pool, pool + at, out, m);
+}
+
+static RP_ALWAYS_INLINE void simd_rotate_interleaved(rp_dtype dt, int stream_dst, int stream_pool,
+                                                     const char *src, char *dst, char *pool,
+                                                     int64_t n, const float *cd, const float *sd)
+{
+    const int64_t elem = dt == RP_F32 ? 4 : 2, lanes = LINE_LANES(dt);
+    int64_t i = 0;
+    for (; i + lanes <= n; i += lanes)
+        rotate_pairs_line(dt, stream_dst, stream_pool, src, dst, pool, i * elem, cd + i, sd + i, ALL32);
+    if (i < n)
+        rotate_pairs_line(dt, 0, 0, src, dst, pool, i * elem, cd + i, sd + i, (__mmask32)((1u << (n - i)) - 1));
 }
 
 /* ---- copies --------------------------------------------------------------------------------------- */

@@ -1,7 +1,8 @@
 /*
  * rope_pool_portable.c — the CPU kernel for any processor: plain C that compilers vectorise,
  * used where no SIMD kernel fits. Same algorithm as the SIMD kernels: per token, the angles'
- * sin/cos in float64 (sincos.h), once, then every head's rotation in float32.
+ * sin/cos in float64 (sincos.h), scaled by s and rounded once, then every head's rotation in
+ * float32; GPT-J pairs are read and written with an element step of 2.
  */
 #include "../dtype.h"
 #include "../internal.h"
@@ -12,40 +13,47 @@
 
 enum { CHUNK = 256 }; /* pairs per pass: bounds the stack buffers for any head_dim */
 
-static void load_row(rp_dtype dtype, const void *src, int64_t n, float *dst)
+/* n elements src[0], src[step], ... (step 1: NeoX halves; 2: GPT-J's even or odd elements). */
+static void load_row(rp_dtype dtype, const void *src, int64_t step, int64_t n, float *dst)
 {
     if (dtype == RP_F32) {
-        memcpy(dst, src, (size_t)n * sizeof(float));
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = ((const float *)src)[i * step];
     } else if (dtype == RP_F16) {
         for (int64_t i = 0; i < n; i++)
-            dst[i] = rp_f16_bits_to_float(((const uint16_t *)src)[i]);
+            dst[i] = rp_f16_bits_to_float(((const uint16_t *)src)[i * step]);
     } else {
         for (int64_t i = 0; i < n; i++)
-            dst[i] = rp_bf16_bits_to_float(((const uint16_t *)src)[i]);
+            dst[i] = rp_bf16_bits_to_float(((const uint16_t *)src)[i * step]);
     }
 }
 
-static void store_row(rp_dtype dtype, const float *src, int64_t n, void *dst)
+static void store_row(rp_dtype dtype, const float *src, int64_t n, void *dst, int64_t step)
 {
     if (dtype == RP_F32) {
-        memcpy(dst, src, (size_t)n * sizeof(float));
+        for (int64_t i = 0; i < n; i++)
+            ((float *)dst)[i * step] = src[i];
     } else if (dtype == RP_F16) {
         for (int64_t i = 0; i < n; i++)
-            ((uint16_t *)dst)[i] = rp_double_to_f16_bits(src[i]);
+            ((uint16_t *)dst)[i * step] = rp_double_to_f16_bits(src[i]);
     } else {
         for (int64_t i = 0; i < n; i++)
-            ((uint16_t *)dst)[i] = rp_float_to_bf16_bits(src[i]);
+            ((uint16_t *)dst)[i * step] = rp_float_to_bf16_bits(src[i]);
     }
 }
 
-/* Rotates pairs [i0, i0+n) of one head row; src may equal dst (in place); pool may be NULL. */
-static void rotate_chunk(rp_dtype dtype, int64_t half, int64_t i0, int64_t n, const char *src,
-                         char *dst, char *pool, const float *cs, const float *sn)
+/* Rotates pairs [i0, i0+n) of one head row in p's style and, with the last chunk, copies the
+ * pass-through dims R..D-1; src may equal dst (in place); pool may be NULL. */
+static void rotate_chunk(const rp_problem *p, int64_t i0, int64_t n, const char *src, char *dst,
+                         char *pool, const float *cs, const float *sn)
 {
-    const size_t elem = rp_dtype_size(dtype);
+    const size_t elem = rp_dtype_size(p->dtype);
+    const int64_t R = p->rotary_dim, D = p->head_dim, half = R / 2;
+    const int gptj = p->style == RP_ROPE_GPTJ;
+    const int64_t a = gptj ? 2 * i0 : i0, b = gptj ? 2 * i0 + 1 : half + i0, step = gptj ? 2 : 1;
     float x[CHUNK], y[CHUNK], ox[CHUNK], oy[CHUNK];
-    load_row(dtype, src + i0 * elem, n, x);
-    load_row(dtype, src + (half + i0) * elem, n, y);
+    load_row(p->dtype, src + a * (int64_t)elem, step, n, x);
+    load_row(p->dtype, src + b * (int64_t)elem, step, n, y);
     for (int64_t i = 0; i < n; i++) {
         ox[i] = x[i] * cs[i] - y[i] * sn[i];
         oy[i] = y[i] * cs[i] + x[i] * sn[i];
@@ -54,8 +62,10 @@ static void rotate_chunk(rp_dtype dtype, int64_t half, int64_t i0, int64_t n, co
     for (int d = 0; d < 2; d++) {
         if (!targets[d])
             continue;
-        store_row(dtype, ox, n, targets[d] + i0 * elem);
-        store_row(dtype, oy, n, targets[d] + (half + i0) * elem);
+        store_row(p->dtype, ox, n, targets[d] + a * (int64_t)elem, step);
+        store_row(p->dtype, oy, n, targets[d] + b * (int64_t)elem, step);
+        if (R < D && i0 + n == half && targets[d] != src)
+            memcpy(targets[d] + R * (int64_t)elem, src + R * (int64_t)elem, (size_t)(D - R) * elem);
     }
 }
 
@@ -70,7 +80,7 @@ static void copy_heads(const rp_problem *p, const char *src, const int64_t src_s
 
 static void rope_pool_portable(const rp_problem *p, rp_parts parts, int64_t t_begin, int64_t t_end)
 {
-    const int64_t half = p->head_dim / 2, elem = (int64_t)rp_dtype_size(p->dtype);
+    const int64_t half = p->rotary_dim / 2, elem = (int64_t)rp_dtype_size(p->dtype);
     const char *q = p->q, *k = p->k, *v = p->v;
     char *q_rot = p->q_rot, *k_rot = p->k_rot, *k_pool = p->k_pool, *v_pool = p->v_pool;
     float cs[CHUNK], sn[CHUNK];
@@ -83,17 +93,14 @@ static void rope_pool_portable(const rp_problem *p, rp_parts parts, int64_t t_be
             for (int64_t i = 0; i < n; i++) {
                 double s, c;
                 rp_sincos((double)pos * p->inv_freq[i0 + i], &s, &c);
-                cs[i] = (float)c;
-                sn[i] = (float)s;
+                cs[i] = (float)(p->attention_scaling * c);
+                sn[i] = (float)(p->attention_scaling * s);
             }
             for (int64_t h = 0; h < p->num_qo_heads; h++)
-                rotate_chunk(p->dtype, half, i0, n,
-                             q + (t * p->q_stride[0] + h * p->q_stride[1]) * elem,
-                             q_rot + (t * p->q_rot_stride[0] + h * p->q_rot_stride[1]) * elem, NULL,
-                             cs, sn);
+                rotate_chunk(p, i0, n, q + (t * p->q_stride[0] + h * p->q_stride[1]) * elem,
+                             q_rot + (t * p->q_rot_stride[0] + h * p->q_rot_stride[1]) * elem, NULL, cs, sn);
             for (int64_t h = 0; h < p->num_kv_heads; h++)
-                rotate_chunk(p->dtype, half, i0, n,
-                             k + (t * p->k_stride[0] + h * p->k_stride[1]) * elem,
+                rotate_chunk(p, i0, n, k + (t * p->k_stride[0] + h * p->k_stride[1]) * elem,
                              k_rot + (t * p->k_rot_stride[0] + h * p->k_rot_stride[1]) * elem,
                              write_pool ? k_pool + (slot * p->k_pool_stride[0] + h * p->k_pool_stride[1]) * elem
                                         : NULL,

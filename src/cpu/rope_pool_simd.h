@@ -1,16 +1,22 @@
 /*
  * rope_pool_simd.h — the part of the AVX2 and AVX-512 kernels that does not depend on the vector
  * width: the walk over tokens, frequency chunks and heads, the libm fallback for huge angles, the
- * pool copies, and the choice of streaming stores. An ISA file includes this header, defines the
- * four primitives declared below (the only code that differs between ISAs), and fills its table
- * with simd_fill_table().
+ * RoPE variant (pair style, rotary_dim and its pass-through dims), the pool copies, and the choice
+ * of streaming stores. An ISA file includes this header, defines the five primitives declared
+ * below (the only code that differs between ISAs), and fills its table with simd_fill_table().
  *
- * Numerics, per token: the angles pos * inv_freq[i] are reduced and evaluated in float64 exactly
- * as sincos.h does (same constants; the Horner steps are FMAs), rounded to float32 once into
- * cs/sn, and reused by all Hq + Hk heads. Each pair then rotates in float32:
- *     x' = fma(x, c, -(y * s)),   y' = fma(y, c, x * s).
- * Both ISAs do the same operations in the same order, so their outputs agree bit for bit, and the
- * partition of tokens between threads cannot change a result.
+ * Numerics, per token: the angles pos * inv_freq[j] are reduced and evaluated in float64 exactly
+ * as sincos.h does (same constants; the Horner steps are FMAs), scaled by the attention scaling s
+ * in float64, rounded to float32 once into cs/sn (c, n), and reused by all Hq + Hk heads. Each
+ * pair (x, y) = (x[a], x[b]) then rotates in float32:
+ *     x' = fma(x, c, -(y * n)),   y' = fma(y, c, x * n).
+ * NeoX pairs (j, j + R/2) take two vectors of x and y. GPT-J pairs (2j, 2j + 1) are neighbours in
+ * one vector v: with the tables duplicated per pair, cd = [c0, c0, c1, c1, ...] and
+ * sd = [-n0, n0, -n1, n1, ...], v' = fma(v, cd, swap_pairs(v) * sd) gives the same two roundings
+ * per element: x' = fma(x, c, round(y * -n)) = fma(x, c, -round(y * n)) (rounding to nearest is
+ * symmetric), y' = fma(y, c, round(x * n)). So the styles agree bit for bit on the same pair, both
+ * ISAs do the same operations in the same order, and the partition of tokens between threads
+ * cannot change a result. Dims R..D-1 are copied.
  */
 #ifndef RP_CPU_ROPE_POOL_SIMD_H
 #define RP_CPU_ROPE_POOL_SIMD_H
@@ -25,6 +31,7 @@
 enum {
     SIMD_CHUNK = 256, /* frequencies per pass: bounds the cs/sn buffers for any head_dim */
     SIMD_PAD = 16,    /* room past a chunk in cs/sn: a vector step may write up to a whole vector */
+    SIMD_STAGE_BYTES = 4096, /* a head row staged for streaming (see simd_streaming) */
     SIMD_LINE = 64,   /* streaming stores need every output row on a cache-line boundary */
     SIMD_STREAM_BLOCK = 64 /* tokens per block of a streaming call (see simd_rope_pool_slice) */
 };
@@ -41,10 +48,11 @@ enum {
 
 /* ---- the primitives each ISA file defines --------------------------------------------------- */
 
-/* cos and sin of pos * inv_freq[i] for i < n, rounded to float32 into cs[i] and sn[i]; entries up
- * to SIMD_PAD past n may be written too. Returns nonzero when some angle is NaN or >= 2^31 in
- * magnitude: those entries are not valid and the caller recomputes them with libm. */
-static int simd_sincos(const double *inv_freq, int64_t n, double pos, float *cs, float *sn);
+/* scale * cos and scale * sin of pos * inv_freq[i] for i < n, formed in float64 and rounded to
+ * float32 into cs[i] and sn[i]; entries up to SIMD_PAD past n may be written too. Returns nonzero
+ * when some angle is NaN or >= 2^31 in magnitude: those entries are not valid and the caller
+ * recomputes them with libm. */
+static int simd_sincos(const double *inv_freq, int64_t n, double pos, double scale, float *cs, float *sn);
 
 /* Rotates the pairs (x[j], x[j + half]) for j < n of one head row x = src (dtype dt), writing
  * dst (which may be src: every pair is read before it is written) and, unless pool is NULL, pool.
@@ -53,6 +61,14 @@ static int simd_sincos(const double *inv_freq, int64_t n, double pos, float *cs,
 static RP_ALWAYS_INLINE void simd_rotate(rp_dtype dt, int stream_dst, int stream_pool,
                                          const char *src, char *dst, char *pool, int64_t half,
                                          int64_t n, const float *cs, const float *sn);
+
+/* GPT-J: rotates the n elements (n even) of one head row x = src as neighbouring pairs,
+ *     out[i] = fma(x[i], cd[i], x[i ^ 1] * sd[i]),
+ * writing dst (which may be src) and, unless pool is NULL, pool; cd/sd hold n entries (the
+ * duplicated tables of simd_interleave_table). Flags as for simd_rotate. */
+static RP_ALWAYS_INLINE void simd_rotate_interleaved(rp_dtype dt, int stream_dst, int stream_pool,
+                                                     const char *src, char *dst, char *pool,
+                                                     int64_t n, const float *cd, const float *sd);
 
 /* Copies `bytes` bytes (a multiple of 2) from src to dst, with streaming stores if `stream`. */
 static RP_ALWAYS_INLINE void simd_copy(int stream, char *dst, const char *src, int64_t bytes);
@@ -70,16 +86,28 @@ static inline char *simd_row(const void *base, const int64_t stride[3], int64_t 
 
 /* The angles the vector sincos cannot reduce (NaN, or |angle| >= 2^31: int64 positions, or rope
  * bases below 1), recomputed one by one through sincos.h's libm path. */
-static void simd_fix_slow_angles(const double *inv_freq, int64_t n, double pos, float *cs, float *sn)
+static void simd_fix_slow_angles(const double *inv_freq, int64_t n, double pos, double scale,
+                                 float *cs, float *sn)
 {
     for (int64_t i = 0; i < n; i++) {
         const double angle = pos * inv_freq[i];
         if (!(fabs(angle) < RP_SINCOS_FAST_LIMIT)) {
             double s, c;
             rp_sincos(angle, &s, &c);
-            cs[i] = (float)c;
-            sn[i] = (float)s;
+            cs[i] = (float)(scale * c);
+            sn[i] = (float)(scale * s);
         }
+    }
+}
+
+/* GPT-J's per-pair tables: cd[2j] = cd[2j+1] = cs[j], sd[2j] = -sn[j], sd[2j+1] = sn[j]. Once per
+ * token and chunk, shared by every head. */
+static inline void simd_interleave_table(const float *cs, const float *sn, int64_t n, float *cd, float *sd)
+{
+    for (int64_t j = 0; j < n; j++) {
+        cd[2 * j] = cd[2 * j + 1] = cs[j];
+        sd[2 * j] = -sn[j];
+        sd[2 * j + 1] = sn[j];
     }
 }
 
@@ -89,20 +117,30 @@ static int simd_rows_on_lines(const void *base, const int64_t stride[3], int64_t
            (stride[1] * elem) % SIMD_LINE == 0;
 }
 
-enum { SIMD_STREAM_ROWS = 1, SIMD_STREAM_POOL = 2 };
+enum { SIMD_STREAM_ROWS = 1, SIMD_STREAM_POOL = 2, SIMD_STAGE = 4 };
 
 /* Which outputs take streaming stores in this call (SIMD_STREAM_* bits). Pool rows always do:
  * they are scattered over a pool far larger than the cache and rarely in it, so a store that
  * skips their read-for-ownership saves the read and its latency at every size (on Zen 4, up to
  * 2x on calls of 1 to 256 tokens with fresh slots, and no loss when the rows happen to be cached).
  * q_rot and k_rot stream only in calls beyond RP_STREAM_MIN_BYTES. Either needs every vector
- * store of its rows to cover whole, aligned cache lines, so the stream path never stores part. */
+ * store of its rows to cover whole, aligned cache lines, so the stream path never stores part.
+ * The rotation's vectors do when each rotated segment (NeoX: R/2 elements, twice; GPT-J: R) is
+ * whole lines. When only the row is (partial rotary such as GPT-NeoX's 24 of 96, or D = 96 in
+ * 16-bit types), SIMD_STAGE rotates each head row into an L1 scratch row first and streams the
+ * whole row from there: a few cached stores and loads instead of giving up streaming. */
 static int simd_streaming(const rp_problem *p)
 {
-    const int64_t elem = (int64_t)rp_dtype_size(p->dtype);
-    if ((p->head_dim / 2 * elem) % SIMD_LINE != 0)
+    const int64_t elem = (int64_t)rp_dtype_size(p->dtype), R = p->rotary_dim;
+    const int64_t segment = (p->style == RP_ROPE_GPTJ ? R : R / 2) * elem;
+    if ((p->head_dim * elem) % SIMD_LINE != 0)
         return 0;
     int mode = 0;
+    if (segment % SIMD_LINE != 0) {
+        if (R / 2 > SIMD_CHUNK || p->head_dim * elem > SIMD_STAGE_BYTES)
+            return 0;
+        mode = SIMD_STAGE;
+    }
     if (simd_rows_on_lines(p->k_pool, p->k_pool_stride, elem) &&
         simd_rows_on_lines(p->v_pool, p->v_pool_stride, elem))
         mode |= SIMD_STREAM_POOL;
@@ -147,6 +185,50 @@ static inline void simd_touch_pool_rows(const rp_problem *p, int64_t t, int64_t 
     __builtin_prefetch(simd_row(p->v_pool, p->v_pool_stride, slot, last, elem) + end, 1, 0);
 }
 
+/* Pairs [i0, i0 + n) of one head row, in the call's style; tc/ts are cs/sn (NeoX) or the
+ * duplicated tables (GPT-J). */
+static RP_ALWAYS_INLINE void simd_rotate_pairs(const rp_problem *p, rp_dtype dt, int stream_dst,
+                                               int stream_pool, const char *src, char *dst, char *pool,
+                                               int64_t i0, int64_t n, const float *tc, const float *ts)
+{
+    const int64_t elem = dt == RP_F32 ? 4 : 2;
+    if (p->style == RP_ROPE_GPTJ) {
+        const int64_t at = 2 * i0 * elem;
+        simd_rotate_interleaved(dt, stream_dst, stream_pool, src + at, dst + at, pool ? pool + at : NULL,
+                                2 * n, tc, ts);
+    } else {
+        const int64_t at = i0 * elem;
+        simd_rotate(dt, stream_dst, stream_pool, src + at, dst + at, pool ? pool + at : NULL,
+                    p->rotary_dim / 2, n, tc, ts);
+    }
+}
+
+/* One head row src -> dst (and pool unless NULL): pairs [i0, i0 + n) and, with the last chunk,
+ * the pass-through dims R..D-1 (not copied onto themselves in place). With SIMD_STAGE and a
+ * streaming output, the row (one chunk, by simd_streaming) goes through an L1 scratch row. */
+static RP_ALWAYS_INLINE void simd_head(const rp_problem *p, rp_dtype dt, int mode, int stream_dst,
+                                       int stream_pool, const char *src, char *dst, char *pool,
+                                       int64_t i0, int64_t n, const float *tc, const float *ts)
+{
+    const int64_t elem = dt == RP_F32 ? 4 : 2, R = p->rotary_dim, D = p->head_dim;
+    if ((mode & SIMD_STAGE) && (stream_dst || (pool && stream_pool))) {
+        char row[SIMD_STAGE_BYTES] __attribute__((aligned(64)));
+        simd_rotate_pairs(p, dt, 0, 0, src, row, NULL, 0, n, tc, ts);
+        simd_copy(0, row + R * elem, src + R * elem, (D - R) * elem);
+        simd_copy(stream_dst, dst, row, D * elem);
+        if (pool)
+            simd_copy(stream_pool, pool, row, D * elem);
+        return;
+    }
+    simd_rotate_pairs(p, dt, stream_dst, stream_pool, src, dst, pool, i0, n, tc, ts);
+    if (R < D && i0 + n == R / 2) {
+        if (dst != src)
+            simd_copy(stream_dst, dst + R * elem, src + R * elem, (D - R) * elem);
+        if (pool)
+            simd_copy(stream_pool, pool + R * elem, src + R * elem, (D - R) * elem);
+    }
+}
+
 enum { SIMD_PASS_KV = 1, SIMD_PASS_Q = 2 }; /* which heads a pass over tokens handles */
 
 /* One pass over tokens [t_begin, t_end). Per token: v to its pool row, then the frequencies'
@@ -157,9 +239,13 @@ static RP_ALWAYS_INLINE void simd_rope_pool_pass(const rp_problem *p, rp_parts p
 {
     const int stream_rows = mode & SIMD_STREAM_ROWS, stream_pool = mode & SIMD_STREAM_POOL;
     const int kv = pass & SIMD_PASS_KV, q = pass & SIMD_PASS_Q, pools = kv && parts != RP_PARTS_ROTATE;
-    const int64_t elem = dt == RP_F32 ? 4 : 2, half = p->head_dim / 2;
+    const int gptj = p->style == RP_ROPE_GPTJ;
+    const int64_t elem = dt == RP_F32 ? 4 : 2, half = p->rotary_dim / 2;
     float cs[SIMD_CHUNK + SIMD_PAD] __attribute__((aligned(64)));
     float sn[SIMD_CHUNK + SIMD_PAD] __attribute__((aligned(64)));
+    float cd[2 * SIMD_CHUNK] __attribute__((aligned(64)));
+    float sd[2 * SIMD_CHUNK] __attribute__((aligned(64)));
+    const float *tc = gptj ? cd : cs, *ts = gptj ? sd : sn;
     if (pools)
         simd_touch_pool_rows(p, t_begin, elem);
     for (int64_t t = t_begin; t < t_end; t++) {
@@ -174,18 +260,19 @@ static RP_ALWAYS_INLINE void simd_rope_pool_pass(const rp_problem *p, rp_parts p
             simd_copy_heads(stream_pool, p, p->k_rot, p->k_rot_stride, p->k_pool, p->k_pool_stride, t,
                             slot, elem);
         for (int64_t i0 = 0; parts != RP_PARTS_SCATTER && i0 < half; i0 += SIMD_CHUNK) {
-            const int64_t n = half - i0 < SIMD_CHUNK ? half - i0 : SIMD_CHUNK, offset = i0 * elem;
-            if (simd_sincos(p->inv_freq + i0, n, pos, cs, sn))
-                simd_fix_slow_angles(p->inv_freq + i0, n, pos, cs, sn);
+            const int64_t n = half - i0 < SIMD_CHUNK ? half - i0 : SIMD_CHUNK;
+            if (simd_sincos(p->inv_freq + i0, n, pos, p->attention_scaling, cs, sn))
+                simd_fix_slow_angles(p->inv_freq + i0, n, pos, p->attention_scaling, cs, sn);
+            if (gptj)
+                simd_interleave_table(cs, sn, n, cd, sd);
             for (int64_t h = 0; kv && h < p->num_kv_heads; h++)
-                simd_rotate(dt, stream_rows, stream_pool, simd_row(p->k, p->k_stride, t, h, elem) + offset,
-                            simd_row(p->k_rot, p->k_rot_stride, t, h, elem) + offset,
-                            write_pool ? simd_row(p->k_pool, p->k_pool_stride, slot, h, elem) + offset : NULL,
-                            half, n, cs, sn);
+                simd_head(p, dt, mode, stream_rows, stream_pool, simd_row(p->k, p->k_stride, t, h, elem),
+                          simd_row(p->k_rot, p->k_rot_stride, t, h, elem),
+                          write_pool ? simd_row(p->k_pool, p->k_pool_stride, slot, h, elem) : NULL, i0, n,
+                          tc, ts);
             for (int64_t h = 0; q && h < p->num_qo_heads; h++)
-                simd_rotate(dt, stream_rows, 0, simd_row(p->q, p->q_stride, t, h, elem) + offset,
-                            simd_row(p->q_rot, p->q_rot_stride, t, h, elem) + offset, NULL, half, n,
-                            cs, sn);
+                simd_head(p, dt, mode, stream_rows, 0, simd_row(p->q, p->q_stride, t, h, elem),
+                          simd_row(p->q_rot, p->q_rot_stride, t, h, elem), NULL, i0, n, tc, ts);
         }
     }
 }
@@ -214,11 +301,15 @@ static RP_ALWAYS_INLINE void simd_rope_pool_slice(const rp_problem *p, rp_parts 
 static RP_ALWAYS_INLINE void simd_rope_pool(const rp_problem *p, rp_parts parts, int64_t t_begin,
                                             int64_t t_end, rp_dtype dt)
 {
+    enum { ROWS = SIMD_STREAM_ROWS, POOL = SIMD_STREAM_POOL, STAGE = SIMD_STAGE };
     switch (simd_streaming(p)) {
-    case 0: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, 0); break;
-    case SIMD_STREAM_POOL: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, SIMD_STREAM_POOL); break;
-    case SIMD_STREAM_ROWS: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, SIMD_STREAM_ROWS); break;
-    default: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, SIMD_STREAM_ROWS | SIMD_STREAM_POOL); break;
+    case POOL: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, POOL); break;
+    case ROWS: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, ROWS); break;
+    case ROWS | POOL: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, ROWS | POOL); break;
+    case STAGE | POOL: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, STAGE | POOL); break;
+    case STAGE | ROWS: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, STAGE | ROWS); break;
+    case STAGE | ROWS | POOL: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, STAGE | ROWS | POOL); break;
+    default: simd_rope_pool_slice(p, parts, t_begin, t_end, dt, 0); break;
     }
 }
 

@@ -773,6 +773,10 @@ extern "C" rp_status rp_cuda_rope_pool(void *state, const rp_problem *p, rp_part
         return rp_fail(err, RP_ERR_UNSUPPORTED,
                        "head_dim %lld is not supported on CUDA: the CUDA backend takes head_dim up to %d",
                        (long long)p->head_dim, RP_CUDA_MAX_HEAD_DIM);
+    if (p->style != RP_ROPE_NEOX || p->rotary_dim != p->head_dim || p->caller_freq || p->attention_scaling != 1.0)
+        return rp_fail(err, RP_ERR_UNSUPPORTED,
+                       "the CUDA backend does not serve GPT-J style, partial rotary_dim, inv_freq or "
+                       "attention_scaling yet: only the seed's NeoX full-rotary call");
     /* Run on the context's device; give the caller back its own current device. */
     int previous = -1;
     rp_status status = rp_cuda_enter_device(st->device, &previous, err);

@@ -2,10 +2,15 @@
  * verify.c — checks a finished call against the float64 formula and the contract's error bound.
  * Used by the tests and by the benchmark's verification pass; not part of the public API.
  *
- * Bound, per output element y (the float64 formula on the given inputs):
- *     |out - y| <= ulp_dtype(y) + 8 * 2^-24 * (|x[i]| + |x[i + D/2]|)
+ * Bound, per rotated output element y of pair (a, b) (the float64 formula on the given inputs,
+ * with the problem's style, rotary_dim R, table and attention scaling s):
+ *     |out - y| <= ulp_dtype(y) + 8 * 2^-24 * s * (|x[a]| + |x[b]|)
  * and an output equal to y correctly rounded always passes (that covers overflow to infinity).
- * v_pool rows must equal v bit for bit, and k_pool rows must equal k_rot bit for bit.
+ * With s > 1, elements whose s * (|x[a]| + |x[b]|) exceeds the float32 maximum are not checked:
+ * the header's contract leaves them out, because a float32 product such as x[b] * n may overflow
+ * to infinity there although the float64 result is finite.
+ * Dims R..D-1 of q_rot and k_rot must equal q and k bit for bit, v_pool rows must equal v, and
+ * k_pool rows must equal k_rot.
  */
 #include "verify.h"
 
@@ -61,9 +66,11 @@ static void note_failure(rp_verify_result *r, const char *what, int64_t t, int64
 }
 
 static void check_value(rp_verify_result *r, rp_dtype dtype, const char *what, int64_t t, int64_t h,
-                        int64_t i, double got, double want, double x, double y)
+                        int64_t i, double got, double want, double scaled_inputs, int beyond_range)
 {
-    const double bound = ulp_of(dtype, want) + 0x1p-21 * (fabs(x) + fabs(y)); /* 8 * 2^-24 */
+    const double bound = ulp_of(dtype, want) + 0x1p-21 * scaled_inputs; /* 8 * 2^-24 */
+    if (beyond_range)
+        return;
     r->checked++;
     if (isnan(want) || isnan(got)) {
         if (!(isnan(want) && isnan(got)))
@@ -79,35 +86,37 @@ static void check_value(rp_verify_result *r, rp_dtype dtype, const char *what, i
         note_failure(r, what, t, h, i, got, want, bound);
 }
 
+/* Pair (a, b) of every head of token t, rotated by (c, n) = s * (cos, sin). */
 static void check_rotation(const rp_problem *p, rp_verify_result *r, const char *what,
                            const void *src, const int64_t src_stride[3], const void *out,
-                           const int64_t out_stride[3], int64_t heads, int64_t t, double c, double s,
-                           int64_t i)
+                           const int64_t out_stride[3], int64_t heads, int64_t t, double c, double n,
+                           int64_t a, int64_t b)
 {
-    const int64_t half = p->head_dim / 2;
     for (int64_t h = 0; h < heads; h++) {
-        const double x = load(src, p->dtype, at(src_stride, t, h, i));
-        const double y = load(src, p->dtype, at(src_stride, t, h, i + half));
-        check_value(r, p->dtype, what, t, h, i, load(out, p->dtype, at(out_stride, t, h, i)),
-                    x * c - y * s, x, y);
-        check_value(r, p->dtype, what, t, h, i + half,
-                    load(out, p->dtype, at(out_stride, t, h, i + half)), y * c + x * s, x, y);
+        const double x = load(src, p->dtype, at(src_stride, t, h, a));
+        const double y = load(src, p->dtype, at(src_stride, t, h, b));
+        const double scaled = p->attention_scaling * (fabs(x) + fabs(y));
+        const int beyond = p->attention_scaling > 1.0 && scaled > 0x1.fffffep127; /* FLT_MAX */
+        check_value(r, p->dtype, what, t, h, a, load(out, p->dtype, at(out_stride, t, h, a)),
+                    x * c - y * n, scaled, beyond);
+        check_value(r, p->dtype, what, t, h, b, load(out, p->dtype, at(out_stride, t, h, b)),
+                    y * c + x * n, scaled, beyond);
     }
 }
 
-/* Bit-exact comparison of head rows src[t] and dst[slot]. */
+/* Bit-exact comparison of dims [from, D) of the `heads` head rows src[t] and dst[row]. */
 static void check_copy(const rp_problem *p, rp_verify_result *r, const char *what, const void *src,
                        const int64_t src_stride[3], const void *dst, const int64_t dst_stride[3],
-                       int64_t t, int64_t slot)
+                       int64_t heads, int64_t t, int64_t row, int64_t from)
 {
     const size_t elem = rp_dtype_size(p->dtype);
-    for (int64_t h = 0; h < p->num_kv_heads; h++)
-        for (int64_t i = 0; i < p->head_dim; i++) {
+    for (int64_t h = 0; h < heads; h++)
+        for (int64_t i = from; i < p->head_dim; i++) {
             const char *a = (const char *)src + at(src_stride, t, h, i) * (int64_t)elem;
-            const char *b = (const char *)dst + at(dst_stride, slot, h, i) * (int64_t)elem;
+            const char *b = (const char *)dst + at(dst_stride, row, h, i) * (int64_t)elem;
             r->checked++;
             if (memcmp(a, b, elem) != 0)
-                note_failure(r, what, t, h, i, load(dst, p->dtype, at(dst_stride, slot, h, i)),
+                note_failure(r, what, t, h, i, load(dst, p->dtype, at(dst_stride, row, h, i)),
                              load(src, p->dtype, at(src_stride, t, h, i)), 0.0);
         }
 }
@@ -115,22 +124,27 @@ static void check_copy(const rp_problem *p, rp_verify_result *r, const char *wha
 void rp_ref_verify(const rp_problem *p, rp_verify_result *r)
 {
     memset(r, 0, sizeof *r);
-    const int64_t half = p->head_dim / 2;
+    const int64_t R = p->rotary_dim, half = R / 2, Hq = p->num_qo_heads, Hk = p->num_kv_heads;
+    const int gptj = p->style == RP_ROPE_GPTJ;
     for (int64_t t = 0; t < p->num_tokens; t++) {
         const int64_t pos = rp_load_index(p->positions, p->pos_dtype, p->pos_stride, t);
         const int64_t slot = rp_load_index(p->slots, p->slot_dtype, p->slot_stride, t);
-        for (int64_t i = 0; i < half; i++) {
-            const double angle = (double)pos * p->inv_freq[i];
-            const double c = cos(angle), s = sin(angle);
-            check_rotation(p, r, "q_rot", p->q, p->q_stride, p->q_rot, p->q_rot_stride,
-                           p->num_qo_heads, t, c, s, i);
-            check_rotation(p, r, "k_rot", p->k, p->k_stride, p->k_rot, p->k_rot_stride,
-                           p->num_kv_heads, t, c, s, i);
+        for (int64_t j = 0; j < half; j++) {
+            const double angle = (double)pos * p->inv_freq[j];
+            const double c = p->attention_scaling * cos(angle), n = p->attention_scaling * sin(angle);
+            const int64_t a = gptj ? 2 * j : j, b = gptj ? 2 * j + 1 : j + half;
+            check_rotation(p, r, "q_rot", p->q, p->q_stride, p->q_rot, p->q_rot_stride, Hq, t, c, n, a, b);
+            check_rotation(p, r, "k_rot", p->k, p->k_stride, p->k_rot, p->k_rot_stride, Hk, t, c, n, a, b);
         }
+        check_copy(p, r, "q_rot (pass-through, vs q)", p->q, p->q_stride, p->q_rot, p->q_rot_stride, Hq,
+                   t, t, R);
+        check_copy(p, r, "k_rot (pass-through, vs k)", p->k, p->k_stride, p->k_rot, p->k_rot_stride, Hk,
+                   t, t, R);
         if (slot >= 0) {
             check_copy(p, r, "k_pool (vs k_rot)", p->k_rot, p->k_rot_stride, p->k_pool,
-                       p->k_pool_stride, t, slot);
-            check_copy(p, r, "v_pool (vs v)", p->v, p->v_stride, p->v_pool, p->v_pool_stride, t, slot);
+                       p->k_pool_stride, Hk, t, slot, 0);
+            check_copy(p, r, "v_pool (vs v)", p->v, p->v_stride, p->v_pool, p->v_pool_stride, Hk, t,
+                       slot, 0);
         }
     }
 }

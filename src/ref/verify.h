@@ -19,7 +19,7 @@ typedef struct rp_verify_result {
 
 /* p describes a finished call: its inputs (q, k, v, positions, slots; for an in-place call, a
  * copy of the original q and k), its outputs (q_rot, k_rot, and the pool rows named by slots)
- * and inv_freq. Host memory only. */
+ * and its frequency table (p->inv_freq: rp_problem_fill_freq gives rope_base's). Host memory only. */
 void rp_ref_verify(const rp_problem *p, rp_verify_result *r);
 
 #ifdef __cplusplus
