@@ -1,5 +1,5 @@
 # Type stub for the extension module (see src/call.c and src/module.c for the documentation).
-from typing import Any, Literal, Optional, Tuple, TypeVar, Union
+from typing import Any, Dict, Literal, Optional, Tuple, TypeVar
 
 _Array = TypeVar("_Array")  # numpy.ndarray or torch.Tensor: one framework per call
 _Pool = TypeVar("_Pool")
@@ -24,11 +24,22 @@ def rope_pool_fused(
     rope_base: float,
     threads: Optional[int] = None,
     checked: bool = False,
-    style: Union[Literal["neox", "gptj"], int, None] = "neox",
+    is_neox: bool = True,
     rotary_dim: Optional[int] = None,
+    inv_freq: Any = None,
+    attention_scaling: float = 1.0,
+    kv_layout: Literal["flat", "NHD", "HND"] = "flat",
+    v_head_dim: Optional[int] = None,
+    kv_cache_dtype: Literal["auto", "fp8_e4m3", "fp8", "fp8_e5m2"] = "auto",
+    k_scale: Any = 1.0,
+    v_scale: Any = 1.0,
+    q_out: Optional[_Array] = None,
+    k_out: Optional[_Array] = None,
 ) -> Tuple[_Array, _Array, _Pool, _Pool]: ...
 def check_cuda(device: Any = None) -> None: ...
 def version() -> str: ...
 def cpu_kernel() -> str: ...
 def has_cuda() -> bool: ...
 def num_threads() -> int: ...
+def _time_calls(calls: int, *args: Any, **kwargs: Any) -> float: ...
+def _profile(enable: bool) -> Dict[str, float]: ...

@@ -27,6 +27,14 @@ typedef struct rpy_framework {
     /* A new, uninitialised, C-contiguous array with the shape, dtype and device of `like`, whose
      * rp_tensor (already read) is `like_tensor`; *out receives its description. NULL on error. */
     PyObject *(*empty_like)(PyObject *like, const rp_tensor *like_tensor, rp_tensor *out);
+    /* Autograd, for a framework that has it (NULL otherwise): refuses, before anything is
+     * written, a call that autograd could not follow — an input that requires grad (the call has
+     * no backward) or a written tensor that requires grad, as the framework's own in-place ops
+     * do. objs[0, num_read) are read, objs[num_read, num) written. 0, or -1 with an exception. */
+    int (*check_autograd)(PyObject *const *objs, const char *const *names, int num_read, int num);
+    /* After a successful call: tells the framework that objs[0, num) were written in place (torch
+     * bumps their version counters, as its in-place ops do). NULL where there is nothing to do. */
+    int (*mark_written)(PyObject *const *objs, int num);
 } rpy_framework;
 
 extern const rpy_framework rpy_numpy;
@@ -60,12 +68,52 @@ int rpy_contexts_init(void);
 extern PyObject *rpy_error_type;
 /* Raises RopePoolError(message) with .status = rp_status_name(status); returns NULL. */
 PyObject *rpy_raise(rp_status status, const char *message);
+/* Raises RopePoolError (RP_ERR_INVALID_ARGUMENT) with a PyUnicode_FromFormat message; returns -1.
+ * For the binding's own refusals of argument values, which name the argument and the value. */
+int rpy_refuse(const char *format, ...);
+
+/* ---- keyword arguments (keywords.c) --------------------------------------------------------- */
+
+/* An integer (int, NumPy integer, anything with __index__) within [lo, hi]; TypeError or
+ * ValueError naming `name` otherwise. 0 or -1. */
+int rpy_integer(PyObject *obj, const char *name, long long lo, long long hi, long long *out);
+/* A real number; a value too large for a double is refused naming `name`. 0 or -1. */
+int rpy_float(PyObject *obj, const char *name, double *out);
+/* is_neox: True (RP_ROPE_NEOX) or False (RP_ROPE_GPTJ). */
+int rpy_is_neox(PyObject *obj, int32_t *style);
+/* kv_layout: "flat", "NHD" or "HND" -> rp_kv_layout. */
+int rpy_kv_layout(PyObject *obj, int32_t *layout);
+/* kv_cache_dtype: "auto" (0), "fp8_e4m3" or "fp8" (RP_F8_E4M3), "fp8_e5m2" (RP_F8_E5M2). */
+int rpy_kv_cache_dtype(PyObject *obj, int32_t *format);
+/* The pools' storage format from kv_cache_dtype and the pools' dtype: pool_dtype for uint8 pools,
+ * 0 for pools whose dtype says it; a mismatch is refused naming both. 0 or -1. */
+int rpy_pool_format(PyObject *kv_cache_dtype_obj, int32_t kv_cache_dtype, const rp_tensor *k_pool,
+                    int32_t *pool_dtype);
+/* k_scale / v_scale: a number, or a one-element float array. A CUDA float32 tensor on `device`
+ * is passed by address (*ptr, read when the kernel runs: CUDA graphs see updates); anything else
+ * is read now into *value. 0 or -1. */
+int rpy_scale(PyObject *obj, const char *name, rp_device device, double *value, const float **ptr);
+/* inv_freq: a 1-D float32/float64 array-like of `count` entries on any device, converted exactly
+ * to float64 into out[0, count). 0 or -1. */
+int rpy_inv_freq(PyObject *obj, int64_t count, double *out);
+
+/* Advice for the pages of a new CPU output before the kernel's threads first write it (see
+ * fresh_memory.c); never fails. */
+void rpy_advise_fresh_output(const rp_tensor *t);
+
+/* The framework of an array argument, or NULL (never raises). */
+const rpy_framework *rpy_framework_of(PyObject *obj);
 
 /* ---- module functions ------------------------------------------------------------------------- */
 
 PyObject *rpy_rope_pool_fused(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                               PyObject *kwnames);
 extern const char rpy_rope_pool_fused_doc[];
+/* _profile(enable): the mean time of each stage of the calls since the last _profile() (a dict of
+ * ns; "calls" is their number), then resets and switches stamping on or off. */
+PyObject *rpy_profile(PyObject *module, PyObject *enable);
+/* _time_calls(calls, q, k, ..., **keywords): mean ns of `calls` C calls on arguments converted once. */
+PyObject *rpy_time_calls(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 /* Interns the call's parameter names; called once from the module's init. 0 or -1. */
 int rpy_call_init(void);
 

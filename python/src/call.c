@@ -1,35 +1,45 @@
 /*
  * call.c — ropepool.rope_pool_fused: the seed's call on NumPy arrays and PyTorch tensors.
  *
- * The path of a call: parse the arguments (vectorcall, no intermediate tuple or dict), describe the
- * seven arrays as rp_tensors without copying, allocate q_rot and k_rot in q's framework, dtype and
- * device, and call rp_rope_pool_fused with the GIL released. Every check on shapes, dtypes,
- * devices, strides, writability, overlap and slot values is the library's, and so is every message:
- * a failure raises RopePoolError (a ValueError) carrying it verbatim. Before the library runs, the
- * binding only refuses what the library cannot see: an argument that is not an array, arrays of
- * two frameworks, and argument values of the wrong Python type. Nothing of the caller's is written
- * when a call fails; the outputs allocated for it are dropped.
+ * The path of a call: parse the arguments (vectorcall, no intermediate tuple or dict), convert the
+ * keywords (keywords.c), describe the arrays as rp_tensors without copying, take the caller's
+ * q_out / k_out or allocate q_rot and k_rot in q's framework, dtype and device, and call
+ * rp_rope_pool_fused with the GIL released. Every check on shapes, dtypes, devices, strides,
+ * writability, overlap and slot values is the library's, and so is every message: a failure
+ * raises RopePoolError (a ValueError) carrying it verbatim, with the outputs called q_out / k_out
+ * when the caller gave them. Before the library runs, the binding only refuses what the library
+ * cannot see: an argument that is not an array, arrays of two frameworks, argument values of the
+ * wrong Python type, dtypes the library has no name for, and what autograd could not follow.
+ * Nothing of the caller's is written when a call fails; the outputs allocated for it are dropped.
  */
 #include "binding.h"
 
 #include <limits.h>
 #include <string.h>
+#include <time.h>
 
 enum {
     P_Q, P_K, P_V, P_POSITIONS, P_SLOTS, P_K_POOL, P_V_POOL,          /* positional (or keyword) */
     P_HEAD_DIM, P_NUM_QO_HEADS, P_NUM_KV_HEADS, P_ROPE_BASE,          /* required keyword-only   */
-    P_THREADS, P_CHECKED, P_STYLE, P_ROTARY_DIM,                      /* optional keyword-only   */
+    P_THREADS, P_CHECKED, P_IS_NEOX, P_ROTARY_DIM, P_INV_FREQ,        /* optional keyword-only   */
+    P_ATTENTION_SCALING, P_KV_LAYOUT, P_V_HEAD_DIM, P_KV_CACHE_DTYPE, P_K_SCALE, P_V_SCALE,
+    P_Q_OUT, P_K_OUT,
     NUM_PARAMS,
     NUM_ARRAYS = P_HEAD_DIM,
     NUM_REQUIRED = P_THREADS,
-    MESSAGE_SIZE = 512
+    MESSAGE_SIZE = 512,
+    STACK_FREQS = 256 /* inv_freq entries held on the stack: rotary_dim up to 512 */
 };
 
 static const char *const param_names[NUM_PARAMS] = {
     "q", "k", "v", "positions", "slots", "k_pool", "v_pool",
     "head_dim", "num_qo_heads", "num_kv_heads", "rope_base",
-    "threads", "checked", "style", "rotary_dim",
+    "threads", "checked", "is_neox", "rotary_dim", "inv_freq",
+    "attention_scaling", "kv_layout", "v_head_dim", "kv_cache_dtype", "k_scale", "v_scale",
+    "q_out", "k_out",
 };
+/* Keywords whose default is None: None means "not given". */
+static const int none_defaults[] = {P_THREADS, P_ROTARY_DIM, P_INV_FREQ, P_V_HEAD_DIM, P_Q_OUT, P_K_OUT};
 static PyObject *param_strings[NUM_PARAMS]; /* interned */
 
 int rpy_call_init(void)
@@ -42,33 +52,53 @@ int rpy_call_init(void)
 
 const char rpy_rope_pool_fused_doc[] =
     "rope_pool_fused($module, q, k, v, positions, slots, k_pool, v_pool, *, head_dim, "
-    "num_qo_heads, num_kv_heads, rope_base, threads=None, checked=False, style='neox', "
-    "rotary_dim=None)\n"
+    "num_qo_heads, num_kv_heads, rope_base, threads=None, checked=False, is_neox=True, "
+    "rotary_dim=None, inv_freq=None, attention_scaling=1.0, kv_layout='flat', v_head_dim=None, "
+    "kv_cache_dtype='auto', k_scale=1.0, v_scale=1.0, q_out=None, k_out=None)\n"
     "--\n"
     "\n"
-    "Apply NeoX RoPE to q and k, and write the rotated keys and the values into the KV pool.\n"
+    "Apply RoPE to q and k, and write the rotated keys and the values into the KV pool.\n"
     "\n"
     "The call of sglang's sgl_kernel.metal.rope_pool_fused, backed by libropepool.\n"
     "\n"
     "Args:\n"
     "    q: [num_tokens, num_qo_heads, head_dim], float32 | float16 | bfloat16.\n"
-    "    k, v: [num_tokens, num_kv_heads, head_dim], q's dtype.\n"
+    "    k: [num_tokens, num_kv_heads, head_dim], q's dtype.\n"
+    "    v: [num_tokens, num_kv_heads, v_head_dim], q's dtype.\n"
     "    positions: [num_tokens] int32 | int64, the token's position in its sequence.\n"
     "    slots: [num_tokens] int32 | int64, the pool row of each token; < 0 skips its write.\n"
-    "    k_pool, v_pool: [pool_size, num_kv_heads, head_dim], q's dtype, updated in place.\n"
+    "    k_pool, v_pool: [pool_size, num_kv_heads, head_dim (v: v_head_dim)], q's dtype or fp8,\n"
+    "        updated in place (paged layouts: see kv_layout).\n"
     "    head_dim, num_qo_heads, num_kv_heads, rope_base: the model's configuration.\n"
     "    threads: at most this many CPU threads for this call (default: the module's,\n"
     "        ROPEPOOL_NUM_THREADS or one per CPU).\n"
     "    checked: CUDA: validate slot values on the host before launching (one sync).\n"
-    "    style, rotary_dim: reserved for later RoPE variants ('neox' and head_dim only now).\n"
+    "    is_neox: True: NeoX rotate-half pairs (x[i], x[i + rotary_dim/2]); False: GPT-J\n"
+    "        interleaved pairs (x[2i], x[2i + 1]).\n"
+    "    rotary_dim: the rotated leading part of each head (default head_dim); the rest of the\n"
+    "        head passes through unchanged.\n"
+    "    inv_freq: [rotary_dim/2] float32 | float64 frequencies replacing rope_base's (scaled\n"
+    "        RoPE); read on the host (a device tensor is copied there, one sync).\n"
+    "    attention_scaling: cos and sin are multiplied by it (YaRN, LongRoPE).\n"
+    "    kv_layout: 'flat' [P, Hk, D] pools; 'NHD' [blocks, block_size, Hk, D] or 'HND'\n"
+    "        [blocks, Hk, block_size, D] paged pools, slot = block * block_size + row.\n"
+    "    v_head_dim: the width of v and v_pool heads (default head_dim).\n"
+    "    kv_cache_dtype: 'auto' (the pools' dtype, float8_e4m3fn / float8_e5m2 included), or\n"
+    "        'fp8_e4m3' ('fp8') / 'fp8_e5m2' for fp8 pools stored as uint8.\n"
+    "    k_scale, v_scale: fp8 pools: the stored value is fp8(x / scale). A number, or a\n"
+    "        one-element float32 array: a CUDA tensor is read by the kernel when it runs\n"
+    "        (CUDA graphs see updates), a host array when the call is made.\n"
+    "    q_out, k_out: arrays of q's / k's shape, dtype and device (any strides) that receive\n"
+    "        q_rot / k_rot and are returned; q_out=q, k_out=k rotate in place.\n"
     "\n"
-    "Arrays are NumPy arrays (bfloat16 through ml_dtypes) or torch tensors (CPU, or CUDA on\n"
-    "the tensor's device and current stream), all of one framework, passed without copying:\n"
-    "strided views such as slices of a fused QKV projection are fine.\n"
+    "Arrays are NumPy arrays (bfloat16 and float8 through ml_dtypes) or torch tensors (CPU, or\n"
+    "CUDA on the tensor's device and current stream), all of one framework, passed without\n"
+    "copying: strided views such as slices of a fused QKV projection are fine.\n"
     "\n"
     "Returns:\n"
-    "    (q_rot, k_rot, k_pool, v_pool): q_rot and k_rot are new contiguous arrays of q's and\n"
-    "    k's shape, dtype and device; k_pool and v_pool are the caller's objects, updated.\n"
+    "    (q_rot, k_rot, k_pool, v_pool): q_rot and k_rot are q_out and k_out when given, else\n"
+    "    new contiguous arrays of q's and k's shape, dtype and device; k_pool and v_pool are the\n"
+    "    caller's objects, updated.\n"
     "\n"
     "Raises:\n"
     "    RopePoolError (a ValueError) with the library's message; nothing is written then.\n"
@@ -115,6 +145,9 @@ static int parse_arguments(PyObject *const *args, Py_ssize_t nargs, PyObject *kw
         }
         values[i] = args[nargs + j];
     }
+    for (size_t i = 0; i < sizeof none_defaults / sizeof none_defaults[0]; i++)
+        if (values[none_defaults[i]] == Py_None)
+            values[none_defaults[i]] = NULL;
     for (int i = 0; i < NUM_REQUIRED; i++)
         if (values[i] == NULL) {
             PyErr_Format(PyExc_TypeError, "rope_pool_fused() missing required %sargument: '%s'",
@@ -124,86 +157,47 @@ static int parse_arguments(PyObject *const *args, Py_ssize_t nargs, PyObject *kw
     return 0;
 }
 
-/* An integer argument (int, numpy integer, anything with __index__). [lo, hi] is the range of the
- * library's field; the library checks the value itself. */
-static int integer_argument(PyObject *obj, const char *name, long long lo, long long hi, long long *out)
+static unsigned long long now_ns(void)
 {
-    if (!PyIndex_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int, got %.200s", name, Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    *out = PyLong_AsLongLong(obj);
-    if (*out == -1 && PyErr_Occurred()) {
-        if (!PyErr_ExceptionMatches(PyExc_OverflowError))
-            return -1;
-        PyErr_Clear();
-    } else if (*out >= lo && *out <= hi) {
-        return 0;
-    }
-    PyErr_Format(PyExc_ValueError, "%s = %S is out of range [%lld, %lld]", name, obj, lo, hi);
-    return -1;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
 }
 
 static int optional_integer(PyObject *obj, const char *name, long long lo, long long hi, long long *out)
 {
     *out = 0;
-    return obj == NULL || obj == Py_None ? 0 : integer_argument(obj, name, lo, hi, out);
+    return obj == NULL ? 0 : rpy_integer(obj, name, lo, hi, out);
 }
 
-static int float_argument(PyObject *obj, const char *name, double *out)
+static int optional_float(PyObject *obj, const char *name, double *out)
 {
-    *out = PyFloat_AsDouble(obj);
-    if (*out == -1.0 && PyErr_Occurred()) {
-        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
-            PyErr_Clear();
-            PyErr_Format(PyExc_TypeError, "%s must be a number, got %.200s", name, Py_TYPE(obj)->tp_name);
-        }
-        return -1;
-    }
-    return 0;
+    *out = 0.0; /* the library's "not set": 1.0 */
+    return obj == NULL ? 0 : rpy_float(obj, name, out);
 }
 
-/* style: 'neox' (the default), 'gptj', or the rp_rope_style value; the library decides what it
- * supports. */
-static int style_argument(PyObject *obj, int32_t *out)
+/* Everything but the arrays and the scales (which need q's device). */
+static int scalar_arguments(PyObject *const values[NUM_PARAMS], rp_rope_pool_args *a, int32_t *kv_cache_dtype)
 {
-    static const char *const names[] = {"neox", "gptj"}; /* indexed by rp_rope_style */
-    *out = RP_ROPE_NEOX;
-    if (obj == NULL || obj == Py_None)
-        return 0;
-    if (PyUnicode_Check(obj)) {
-        for (int i = 0; i < 2; i++)
-            if (PyUnicode_CompareWithASCIIString(obj, names[i]) == 0) {
-                *out = i;
-                return 0;
-            }
-        PyErr_Format(PyExc_ValueError, "style must be 'neox' or 'gptj', got %R", obj);
-        return -1;
-    }
-    long long value;
-    if (integer_argument(obj, "style", INT_MIN, INT_MAX, &value) < 0)
-        return -1;
-    *out = (int32_t)value;
-    return 0;
-}
-
-static int scalar_arguments(PyObject *const values[NUM_PARAMS], rp_rope_pool_args *a)
-{
-    long long head_dim, num_qo_heads, num_kv_heads, threads, rotary_dim;
+    long long head_dim, num_qo_heads, num_kv_heads, threads, rotary_dim, v_head_dim;
     const long long big = LLONG_MAX, small = LLONG_MIN;
-    if (integer_argument(values[P_HEAD_DIM], "head_dim", small, big, &head_dim) < 0 ||
-        integer_argument(values[P_NUM_QO_HEADS], "num_qo_heads", small, big, &num_qo_heads) < 0 ||
-        integer_argument(values[P_NUM_KV_HEADS], "num_kv_heads", small, big, &num_kv_heads) < 0 ||
-        float_argument(values[P_ROPE_BASE], "rope_base", &a->rope_base) < 0 ||
+    if (rpy_integer(values[P_HEAD_DIM], "head_dim", small, big, &head_dim) < 0 ||
+        rpy_integer(values[P_NUM_QO_HEADS], "num_qo_heads", small, big, &num_qo_heads) < 0 ||
+        rpy_integer(values[P_NUM_KV_HEADS], "num_kv_heads", small, big, &num_kv_heads) < 0 ||
+        rpy_float(values[P_ROPE_BASE], "rope_base", &a->rope_base) < 0 ||
         optional_integer(values[P_THREADS], "threads", INT_MIN, INT_MAX, &threads) < 0 ||
         optional_integer(values[P_ROTARY_DIM], "rotary_dim", small, big, &rotary_dim) < 0 ||
-        style_argument(values[P_STYLE], &a->style) < 0)
+        optional_integer(values[P_V_HEAD_DIM], "v_head_dim", small, big, &v_head_dim) < 0 ||
+        optional_float(values[P_ATTENTION_SCALING], "attention_scaling", &a->attention_scaling) < 0 ||
+        rpy_is_neox(values[P_IS_NEOX], &a->style) < 0 || rpy_kv_layout(values[P_KV_LAYOUT], &a->kv_layout) < 0 ||
+        rpy_kv_cache_dtype(values[P_KV_CACHE_DTYPE], kv_cache_dtype) < 0)
         return -1;
     a->head_dim = head_dim;
     a->num_qo_heads = num_qo_heads;
     a->num_kv_heads = num_kv_heads;
     a->num_threads = (int32_t)threads;
     a->rotary_dim = rotary_dim;
+    a->v_head_dim = v_head_dim;
     if (values[P_CHECKED] != NULL) {
         const int checked = PyObject_IsTrue(values[P_CHECKED]);
         if (checked < 0)
@@ -215,7 +209,7 @@ static int scalar_arguments(PyObject *const values[NUM_PARAMS], rp_rope_pool_arg
 
 static const rpy_framework *const frameworks[] = {&rpy_numpy, &rpy_torch};
 
-static const rpy_framework *framework_of(PyObject *obj)
+const rpy_framework *rpy_framework_of(PyObject *obj)
 {
     for (size_t i = 0; i < sizeof frameworks / sizeof frameworks[0]; i++)
         if (frameworks[i]->is_array(obj))
@@ -223,31 +217,100 @@ static const rpy_framework *framework_of(PyObject *obj)
     return NULL;
 }
 
+/* Describes values[index] (an array of framework fw) into *t. */
+static int array_argument(const rpy_framework *fw, PyObject *const values[NUM_PARAMS], int index, rp_tensor *t)
+{
+    PyObject *obj = values[index];
+    if (!fw->is_array(obj)) {
+        const rpy_framework *other = rpy_framework_of(obj);
+        if (other != NULL)
+            PyErr_Format(PyExc_TypeError, "%s is a %s but q is a %s: pass all arrays from one framework",
+                         param_names[index], other->type_name, fw->type_name);
+        else
+            PyErr_Format(PyExc_TypeError, "%s must be a %s like q, got %.200s", param_names[index],
+                         fw->type_name, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    if (fw->to_tensor(obj, param_names[index], t) < 0)
+        return -1;
+    if (t->dtype == RP_DTYPE_OTHER) { /* the library cannot name it: say what it is */
+        PyObject *dtype = PyObject_GetAttrString(obj, "dtype");
+        if (dtype != NULL)
+            rpy_refuse("%s has dtype %S, which ropepool does not take (data and pools: float32, float16, "
+                       "bfloat16, fp8 pools; positions and slots: int32, int64)", param_names[index], dtype);
+        Py_XDECREF(dtype);
+        return -1;
+    }
+    return 0;
+}
+
 /* Fills the seven input tensors, all of q's framework. */
 static const rpy_framework *array_arguments(PyObject *const values[NUM_PARAMS], rp_tensor *tensors[NUM_ARRAYS])
 {
-    const rpy_framework *fw = framework_of(values[P_Q]);
+    const rpy_framework *fw = rpy_framework_of(values[P_Q]);
     if (fw == NULL) {
         PyErr_Format(PyExc_TypeError, "q must be a numpy.ndarray or a torch.Tensor, got %.200s",
                      Py_TYPE(values[P_Q])->tp_name);
         return NULL;
     }
-    for (int i = 0; i < NUM_ARRAYS; i++) {
-        PyObject *obj = values[i];
-        if (i != P_Q && !fw->is_array(obj)) {
-            const rpy_framework *other = framework_of(obj);
-            if (other != NULL)
-                PyErr_Format(PyExc_TypeError, "%s is a %s but q is a %s: pass all arrays from one framework",
-                             param_names[i], other->type_name, fw->type_name);
-            else
-                PyErr_Format(PyExc_TypeError, "%s must be a %s like q, got %.200s", param_names[i],
-                             fw->type_name, Py_TYPE(obj)->tp_name);
+    for (int i = 0; i < NUM_ARRAYS; i++)
+        if (array_argument(fw, values, i, tensors[i]) < 0)
             return NULL;
-        }
-        if (fw->to_tensor(obj, param_names[i], tensors[i]) < 0)
-            return NULL;
-    }
     return fw;
+}
+
+/* inv_freq into freqs (the caller's buffer of `capacity` doubles, or one allocated here and
+ * returned in *owned). Its length is rotary_dim/2; with a rotary_dim the library will refuse,
+ * inv_freq is left NULL so that the library's message about rotary_dim is the one reported. */
+static int frequency_argument(PyObject *obj, rp_rope_pool_args *a, double *freqs, int64_t capacity, double **owned)
+{
+    *owned = NULL;
+    a->inv_freq = NULL;
+    const int64_t R = a->rotary_dim ? a->rotary_dim : a->head_dim;
+    if (obj == NULL || R <= 0 || R % 2 != 0 || R > a->head_dim)
+        return 0;
+    if (R / 2 > capacity && (freqs = *owned = PyMem_Malloc((size_t)(R / 2) * sizeof(double))) == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (rpy_inv_freq(obj, R / 2, freqs) < 0)
+        return -1;
+    a->inv_freq = freqs;
+    return 0;
+}
+
+/* The outputs: q_out / k_out when given (described like the inputs), else new arrays. outs[i]
+ * receives a new reference. */
+static int output_arguments(const rpy_framework *fw, PyObject *const values[NUM_PARAMS], rp_rope_pool_args *a,
+                            PyObject *outs[2])
+{
+    const int given[2] = {P_Q_OUT, P_K_OUT}, like[2] = {P_Q, P_K};
+    rp_tensor *const like_t[2] = {&a->q, &a->k}, *const out_t[2] = {&a->q_rot, &a->k_rot};
+    outs[0] = outs[1] = NULL;
+    for (int i = 0; i < 2; i++) {
+        if (values[given[i]] != NULL) {
+            if (array_argument(fw, values, given[i], out_t[i]) < 0)
+                return -1;
+            Py_INCREF(outs[i] = values[given[i]]);
+        } else if ((outs[i] = fw->empty_like(values[like[i]], like_t[i], out_t[i])) == NULL) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The library names the outputs q_rot and k_rot; a caller who passed q_out / k_out reads those
+ * names instead. Rewrites whole words in place (same lengths). */
+static void name_caller_outputs(char *message)
+{
+    static const char *const from[2] = {"q_rot", "k_rot"}, *const to[2] = {"q_out", "k_out"};
+    for (int i = 0; i < 2; i++)
+        for (char *p = message; (p = strstr(p, from[i])) != NULL; p += 5) {
+            const int starts = p == message || !(p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z'));
+            const int ends = !(p[5] == '_' || (p[5] >= 'a' && p[5] <= 'z'));
+            if (starts && ends)
+                memcpy(p, to[i], 5);
+        }
 }
 
 /* The context (and, on CUDA, the stream) for a call whose q is on `device`. */
@@ -262,45 +325,183 @@ static rp_context *context_for(rp_device device, void **stream)
     return ctx;
 }
 
+static int prepare(PyObject *const values[NUM_PARAMS], rp_rope_pool_args *a, double *freqs, double **owned_freqs,
+                   const rpy_framework **fw_out, PyObject *outs[2], rp_context **ctx, unsigned long long *stamps);
+
+/* _time_calls(calls, <rope_pool_fused's arguments>): the C call alone, for the benchmark's C
+ * figure in the same process: the arguments are converted once (outputs allocated once when not
+ * given), then rp_rope_pool_fused runs `calls` times back to back with the GIL released. Returns
+ * the mean ns per call. */
+PyObject *rpy_time_calls(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    (void)module;
+    nargs = PyVectorcall_NARGS(nargs);
+    long long calls;
+    PyObject *values[NUM_PARAMS];
+    if (nargs < 1) {
+        PyErr_SetString(PyExc_TypeError, "_time_calls(calls, q, k, ...) needs the number of calls first");
+        return NULL;
+    }
+    if (rpy_integer(args[0], "calls", 1, LLONG_MAX, &calls) < 0 ||
+        parse_arguments(args + 1, nargs - 1, kwnames, values) < 0)
+        return NULL;
+    rp_rope_pool_args a;
+    memset(&a, 0, sizeof a);
+    double freqs[STACK_FREQS], *owned_freqs;
+    const rpy_framework *fw;
+    PyObject *outs[2];
+    rp_context *ctx;
+    if (prepare(values, &a, freqs, &owned_freqs, &fw, outs, &ctx, NULL) < 0)
+        return NULL;
+    char message[MESSAGE_SIZE];
+    rp_status st = RP_OK;
+    unsigned long long elapsed;
+    Py_BEGIN_ALLOW_THREADS
+    const unsigned long long start = now_ns();
+    for (long long i = 0; i < calls && st == RP_OK; i++)
+        st = rp_rope_pool_fused(ctx, &a, message, sizeof message);
+    elapsed = now_ns() - start;
+    Py_END_ALLOW_THREADS
+    PyMem_Free(owned_freqs);
+    Py_DECREF(outs[0]);
+    Py_DECREF(outs[1]);
+    if (st != RP_OK)
+        return rpy_raise(st, message);
+    return PyFloat_FromDouble((double)elapsed / (double)calls);
+}
+
+/* ---- per-stage timing (ropepool._ropepool._profile) ------------------------------------------ */
+
+enum { ST_START, ST_ARGUMENTS, ST_ARRAYS, ST_AUTOGRAD, ST_CONTEXT, ST_OUTPUTS, ST_LIBRARY, ST_FINISH, NUM_STAMPS };
+static const char *const stage_names[NUM_STAMPS] = {
+    NULL, "arguments", "arrays", "autograd", "context_stream", "outputs", "library_call", "finish"};
+static int profiling;                      /* set by _profile(True); read without the GIL is fine */
+static unsigned long long stage_ns[NUM_STAMPS], profiled_calls;
+
+/* Stamps the end of stage `i` when profiling (stamps is NULL otherwise). */
+static void stamp(unsigned long long *stamps, int i)
+{
+    if (stamps != NULL)
+        stamps[i] = now_ns();
+}
+
+PyObject *rpy_profile(PyObject *module, PyObject *enable)
+{
+    (void)module;
+    PyObject *result = PyDict_New();
+    for (int i = 1; result != NULL && i < NUM_STAMPS; i++) {
+        PyObject *mean = PyFloat_FromDouble(profiled_calls ? (double)stage_ns[i] / (double)profiled_calls : 0.0);
+        if (mean == NULL || PyDict_SetItemString(result, stage_names[i], mean) < 0)
+            Py_CLEAR(result);
+        Py_XDECREF(mean);
+    }
+    PyObject *calls = result ? PyLong_FromUnsignedLongLong(profiled_calls) : NULL;
+    if (calls == NULL || PyDict_SetItemString(result, "calls", calls) < 0)
+        Py_CLEAR(result);
+    Py_XDECREF(calls);
+    memset(stage_ns, 0, sizeof stage_ns);
+    profiled_calls = 0;
+    const int on = PyObject_IsTrue(enable);
+    if (on < 0)
+        Py_CLEAR(result);
+    else
+        profiling = on;
+    return result;
+}
+
+/* Everything up to the library call: a filled `a`, the outputs (new references in outs), the
+ * context. 0 or -1 with an exception (outs released). */
+static int prepare(PyObject *const values[NUM_PARAMS], rp_rope_pool_args *a, double *freqs, double **owned_freqs,
+                   const rpy_framework **fw_out, PyObject *outs[2], rp_context **ctx, unsigned long long *stamps)
+{
+    rp_tensor *tensors[NUM_ARRAYS] = {&a->q, &a->k, &a->v, &a->positions, &a->slots, &a->k_pool, &a->v_pool};
+    int32_t kv_cache_dtype;
+    outs[0] = outs[1] = NULL;
+    *owned_freqs = NULL;
+    if (scalar_arguments(values, a, &kv_cache_dtype) < 0)
+        return -1;
+    stamp(stamps, ST_ARGUMENTS);
+    const rpy_framework *fw = *fw_out = array_arguments(values, tensors);
+    if (fw == NULL || rpy_pool_format(values[P_KV_CACHE_DTYPE], kv_cache_dtype, &a->k_pool, &a->pool_dtype) < 0 ||
+        rpy_scale(values[P_K_SCALE], "k_scale", a->q.device, &a->k_scale, &a->k_scale_ptr) < 0 ||
+        rpy_scale(values[P_V_SCALE], "v_scale", a->q.device, &a->v_scale, &a->v_scale_ptr) < 0 ||
+        frequency_argument(values[P_INV_FREQ], a, freqs, STACK_FREQS, owned_freqs) < 0)
+        return -1;
+    stamp(stamps, ST_ARRAYS);
+    if (fw->check_autograd != NULL) {
+        PyObject *objs[NUM_ARRAYS + 2];
+        const char *names[NUM_ARRAYS + 2];
+        int n = 0;
+        for (int i = 0; i < NUM_ARRAYS; i++, n++)
+            objs[n] = values[i], names[n] = param_names[i];
+        for (int i = P_Q_OUT; i <= P_K_OUT; i++)
+            if (values[i] != NULL)
+                objs[n] = values[i], names[n++] = param_names[i];
+        if (fw->check_autograd(objs, names, P_K_POOL, n) < 0)
+            return -1;
+    }
+    stamp(stamps, ST_AUTOGRAD);
+    void *stream;
+    if ((*ctx = context_for(a->q.device, &stream)) == NULL)
+        return -1;
+    a->stream = stream;
+    stamp(stamps, ST_CONTEXT);
+    if (output_arguments(fw, values, a, outs) < 0) {
+        Py_CLEAR(outs[0]);
+        return -1;
+    }
+    stamp(stamps, ST_OUTPUTS);
+    return 0;
+}
+
 PyObject *rpy_rope_pool_fused(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                               PyObject *kwnames)
 {
     (void)module;
+    unsigned long long stamps_buf[NUM_STAMPS], *stamps = profiling ? stamps_buf : NULL;
+    stamp(stamps, ST_START);
     PyObject *values[NUM_PARAMS];
+    if (parse_arguments(args, PyVectorcall_NARGS(nargs), kwnames, values) < 0)
+        return NULL;
     rp_rope_pool_args a;
     memset(&a, 0, sizeof a);
-    rp_tensor *tensors[NUM_ARRAYS] = {&a.q, &a.k, &a.v, &a.positions, &a.slots, &a.k_pool, &a.v_pool};
-    if (parse_arguments(args, PyVectorcall_NARGS(nargs), kwnames, values) < 0 ||
-        scalar_arguments(values, &a) < 0)
-        return NULL;
-    const rpy_framework *fw = array_arguments(values, tensors);
-    if (fw == NULL)
-        return NULL;
-    void *stream;
-    rp_context *ctx = context_for(a.q.device, &stream);
-    if (ctx == NULL)
-        return NULL;
-    a.stream = stream;
-
-    PyObject *q_rot = fw->empty_like(values[P_Q], &a.q, &a.q_rot);
-    PyObject *k_rot = q_rot ? fw->empty_like(values[P_K], &a.k, &a.k_rot) : NULL;
-    if (k_rot == NULL) {
-        Py_XDECREF(q_rot);
-        return NULL;
-    }
+    double freqs[STACK_FREQS], *owned_freqs;
+    const rpy_framework *fw;
+    PyObject *outs[2];
+    rp_context *ctx;
+    const int prepared = prepare(values, &a, freqs, &owned_freqs, &fw, outs, &ctx, stamps);
 
     char message[MESSAGE_SIZE];
-    rp_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = rp_rope_pool_fused(ctx, &a, message, sizeof message);
-    Py_END_ALLOW_THREADS
-    if (st != RP_OK) {
-        Py_DECREF(q_rot);
-        Py_DECREF(k_rot);
-        return rpy_raise(st, message);
+    rp_status st = RP_OK;
+    if (prepared == 0) {
+        Py_BEGIN_ALLOW_THREADS
+        st = rp_rope_pool_fused(ctx, &a, message, sizeof message);
+        Py_END_ALLOW_THREADS
     }
-    PyObject *result = PyTuple_Pack(4, q_rot, k_rot, values[P_K_POOL], values[P_V_POOL]);
-    Py_DECREF(q_rot);
-    Py_DECREF(k_rot);
+    stamp(stamps, ST_LIBRARY);
+    PyMem_Free(owned_freqs);
+    PyObject *result = NULL;
+    if (prepared == 0 && st != RP_OK) {
+        if (values[P_Q_OUT] != NULL || values[P_K_OUT] != NULL)
+            name_caller_outputs(message);
+        rpy_raise(st, message);
+    } else if (prepared == 0) {
+        /* Written in place: the pools, and q_out / k_out when the caller gave them. */
+        PyObject *written[4] = {values[P_K_POOL], values[P_V_POOL]};
+        int n = 2;
+        for (int i = 0; i < 2; i++)
+            if (values[P_Q_OUT + i] != NULL)
+                written[n++] = outs[i];
+        if (fw->mark_written == NULL || fw->mark_written(written, n) == 0)
+            result = PyTuple_Pack(4, outs[0], outs[1], values[P_K_POOL], values[P_V_POOL]);
+    }
+    Py_XDECREF(outs[0]);
+    Py_XDECREF(outs[1]);
+    stamp(stamps, ST_FINISH);
+    if (stamps != NULL && result != NULL) {
+        for (int i = 1; i < NUM_STAMPS; i++)
+            stage_ns[i] += stamps[i] - stamps[i - 1];
+        profiled_calls++;
+    }
     return result;
 }

@@ -87,8 +87,9 @@ typedef struct {
 const rpy_DLPackExchangeAPI *rpy_dlpack_exchange_api(PyObject *type);
 /* Describes obj as an rp_tensor. 0, or -1 with the framework's exception. */
 int rpy_dlpack_to_tensor(const rpy_DLPackExchangeAPI *api, PyObject *obj, rp_tensor *t);
-/* A new C-contiguous tensor of like's dtype, shape and device, allocated by the framework, and its
- * description in *out. NULL with an exception on failure. */
-PyObject *rpy_dlpack_empty_like(const rpy_DLPackExchangeAPI *api, PyObject *like, rp_tensor *out);
+/* A new C-contiguous tensor of like's dtype, shape and device (like_tensor: like, already read),
+ * allocated by the framework, and its description in *out. NULL with an exception on failure. */
+PyObject *rpy_dlpack_empty_like(const rpy_DLPackExchangeAPI *api, PyObject *like, const rp_tensor *like_tensor,
+                                rp_tensor *out);
 
 #endif /* RPY_DLPACK_H */

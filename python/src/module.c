@@ -4,6 +4,8 @@
  */
 #include "binding.h"
 
+#include <stdarg.h>
+
 enum { MESSAGE_SIZE = 512 };
 
 PyObject *rpy_error_type;
@@ -17,6 +19,19 @@ PyObject *rpy_raise(rp_status status, const char *message)
     Py_XDECREF(name);
     Py_XDECREF(exc);
     return NULL;
+}
+
+int rpy_refuse(const char *format, ...)
+{
+    va_list args;
+    va_start(args, format);
+    PyObject *text = PyUnicode_FromFormatV(format, args);
+    va_end(args);
+    const char *message = text ? PyUnicode_AsUTF8(text) : NULL;
+    if (message != NULL)
+        rpy_raise(RP_ERR_INVALID_ARGUMENT, message);
+    Py_XDECREF(text);
+    return -1;
 }
 
 static PyObject *version(PyObject *module, PyObject *unused)
@@ -111,6 +126,15 @@ static PyMethodDef methods[] = {
      "Wait for the current stream of a CUDA device (None: torch's current device) and raise\n"
      "RopePoolError, with the message a CPU call would have given, if a rope_pool_fused call on\n"
      "it met an out-of-range slot since the last check. Such a slot was never written."},
+    {"_time_calls", (PyCFunction)(void (*)(void))rpy_time_calls, METH_FASTCALL | METH_KEYWORDS,
+     "_time_calls($module, calls, /, *args, **kwargs)\n--\n\n"
+     "Developer's tool (python -m ropepool.bench): rope_pool_fused's arguments converted once, then\n"
+     "the C call made `calls` times back to back; returns the mean ns per call."},
+    {"_profile", rpy_profile, METH_O,
+     "_profile($module, enable, /)\n--\n\n"
+     "Developer's tool (python -m ropepool.bench --profile): the mean ns per stage of the\n"
+     "rope_pool_fused calls made since the last _profile() call while profiling was on, as a dict;\n"
+     "then resets and turns profiling on (enable true) or off."},
     {"version", version, METH_NOARGS,
      "version($module, /)\n--\n\nThe version of the loaded libropepool, \"MAJOR.MINOR.PATCH\"."},
     {"cpu_kernel", cpu_kernel, METH_NOARGS,

@@ -121,7 +121,9 @@ static PyObject *numpy_empty_like(PyObject *like, const rp_tensor *like_tensor, 
     PyObject *arr = PyArray_Empty(PyArray_NDIM(a), PyArray_DIMS(a), descr, 0);
     if (arr != NULL && numpy_to_tensor(arr, "output", out) < 0)
         Py_CLEAR(arr);
+    if (arr != NULL)
+        rpy_advise_fresh_output(out);
     return arr;
 }
 
-const rpy_framework rpy_numpy = {"numpy.ndarray", numpy_is_array, numpy_to_tensor, numpy_empty_like};
+const rpy_framework rpy_numpy = {"numpy.ndarray", numpy_is_array, numpy_to_tensor, numpy_empty_like, NULL, NULL};

@@ -80,12 +80,31 @@ static void set_error(void *error_ctx, const char *kind, const char *message)
                  "allocating an output tensor: %s: %s", kind, message);
 }
 
-PyObject *rpy_dlpack_empty_like(const rpy_DLPackExchangeAPI *api, PyObject *like, rp_tensor *out)
+/* The allocator's prototype (dtype, ndim, shape, device: all it reads) from like's rp_tensor, for
+ * the data dtypes; 0 where like must be described again by torch. */
+static int prototype_of(const rp_tensor *like, rpy_DLTensor *dl)
 {
-    rpy_DLTensor prototype; /* like's dtype, ndim, shape and device: all the allocator reads */
+    memset(dl, 0, sizeof *dl);
+    switch (like->dtype) {
+    case RP_F32: dl->dtype = (rpy_DLDataType){RPY_DL_FLOAT, 32, 1}; break;
+    case RP_F16: dl->dtype = (rpy_DLDataType){RPY_DL_FLOAT, 16, 1}; break;
+    case RP_BF16: dl->dtype = (rpy_DLDataType){RPY_DL_BFLOAT, 16, 1}; break;
+    default: return 0;
+    }
+    dl->ndim = like->ndim;
+    dl->shape = (int64_t *)like->shape; /* read, never written, by the allocator */
+    dl->device.device_type = like->device.type;
+    dl->device.device_id = like->device.index;
+    return 1;
+}
+
+PyObject *rpy_dlpack_empty_like(const rpy_DLPackExchangeAPI *api, PyObject *like, const rp_tensor *like_tensor,
+                                rp_tensor *out)
+{
+    rpy_DLTensor prototype;
     rpy_DLManagedTensorVersioned *managed = NULL;
     void *obj = NULL;
-    if (api->dltensor_from_py_object_no_sync(like, &prototype) != 0)
+    if (!prototype_of(like_tensor, &prototype) && api->dltensor_from_py_object_no_sync(like, &prototype) != 0)
         return NULL;
     if (api->managed_tensor_allocator(&prototype, &managed, NULL, set_error) != 0 || managed == NULL) {
         if (!PyErr_Occurred())

@@ -28,6 +28,10 @@ static const rpy_DLPackExchangeAPI *exchange; /* NULL: every tensor goes through
 static PyObject *empty_like_fn;               /* torch.empty_like */
 static PyObject *contiguous_format;           /* torch.contiguous_format */
 static PyObject *memory_format_kw;            /* ("memory_format",) */
+static PyObject *is_neg_fn;                   /* torch.Tensor.is_neg (a method descriptor) */
+static PyObject *is_grad_enabled_fn;          /* torch._C.is_grad_enabled */
+static PyObject *increment_version_fn;        /* torch._C._increment_version (takes a tuple) */
+static PyObject *requires_grad_attr, *is_leaf_attr; /* the getset descriptors, or NULL */
 
 static PyObject *attr_path(PyObject *obj, const char *dotted)
 {
@@ -81,6 +85,13 @@ static int find_torch(void)
         Py_XDECREF(parameter);
     PyErr_Clear(); /* a torch without nn.Parameter: every subclass takes the Python surface */
     exchange = exchange_allowed() ? rpy_dlpack_exchange_api(tensor) : NULL;
+    /* Autograd and the negative bit, looked up once; a torch without one of them skips its check. */
+    is_neg_fn = PyObject_GetAttrString(tensor, "is_neg");
+    is_grad_enabled_fn = attr_path(torch, "_C.is_grad_enabled");
+    increment_version_fn = attr_path(torch, "_C._increment_version");
+    requires_grad_attr = PyObject_GetAttrString(tensor, "requires_grad");
+    is_leaf_attr = PyObject_GetAttrString(tensor, "is_leaf");
+    PyErr_Clear();
     torch_module = torch;
     empty_like_fn = empty_like;
     contiguous_format = contiguous;
@@ -102,8 +113,33 @@ static int exchange_reads(PyObject *obj)
 
 /* ---- the framework ------------------------------------------------------------------------------- */
 
+/* 1 if fn(obj) is True, 0 if False or fn is NULL, -1 on error. fn is a method descriptor or a
+ * getset descriptor of torch.Tensor: calling it directly skips the bound-method object. */
+static int tensor_flag(PyObject *fn, PyObject *obj)
+{
+    if (fn == NULL)
+        return 0;
+    PyObject *result = Py_IS_TYPE(fn, &PyGetSetDescr_Type)
+                           ? ((PyGetSetDescrObject *)fn)->d_getset->get(obj, ((PyGetSetDescrObject *)fn)->d_getset->closure)
+                           : PyObject_Vectorcall(fn, &obj, 1, NULL);
+    if (result == NULL)
+        return -1;
+    const int flag = PyObject_IsTrue(result);
+    Py_DECREF(result);
+    return flag;
+}
+
 static int torch_to_tensor(PyObject *obj, const char *name, rp_tensor *t)
 {
+    /* A tensor with the negative bit (x.conj().imag, torch._neg_view) holds -x in its memory
+     * and the sign in its metadata: read or written as raw memory it would be wrong. */
+    const int negative = tensor_flag(is_neg_fn, obj);
+    if (negative != 0) {
+        if (negative > 0)
+            rpy_refuse("%s has its negative bit set (a lazy view such as x.conj().imag), which ropepool "
+                       "cannot read or write as memory: pass %s.resolve_neg()", name, name);
+        return -1;
+    }
     if (!exchange_reads(obj))
         return rpy_torch_read_surface(obj, name, t);
     if (rpy_dlpack_to_tensor(exchange, obj, t) < 0)
@@ -113,22 +149,84 @@ static int torch_to_tensor(PyObject *obj, const char *name, rp_tensor *t)
     return 0;
 }
 
+/* As torch's own ops: with grad mode on, an input that requires grad would get outputs without a
+ * grad link (the call has no backward), and a tensor written in place that requires grad is
+ * refused as torch refuses a leaf in an in-place op. Under torch.no_grad() / inference_mode()
+ * both are fine, as they are for torch's ops. */
+static int torch_check_autograd(PyObject *const *objs, const char *const *names, int num_read, int num)
+{
+    if (is_grad_enabled_fn == NULL || requires_grad_attr == NULL)
+        return 0;
+    PyObject *enabled = PyObject_Vectorcall(is_grad_enabled_fn, NULL, 0, NULL);
+    if (enabled == NULL)
+        return -1;
+    Py_DECREF(enabled);
+    if (enabled != Py_True)
+        return 0;
+    for (int i = 0; i < num; i++) {
+        const int requires_grad = tensor_flag(requires_grad_attr, objs[i]);
+        if (requires_grad <= 0) {
+            if (requires_grad < 0)
+                return -1;
+            continue;
+        }
+        if (i < num_read)
+            return rpy_refuse("%s requires grad, but rope_pool_fused has no backward (its outputs would not be "
+                              "connected to %s's graph): call it under torch.no_grad() or torch.inference_mode(), "
+                              "or pass %s.detach()", names[i], names[i], names[i]);
+        const int leaf = tensor_flag(is_leaf_attr, objs[i]);
+        if (leaf < 0)
+            return -1;
+        if (leaf)
+            return rpy_refuse("a leaf Variable that requires grad is being used in an in-place operation: "
+                              "rope_pool_fused writes %s in place; call it under torch.no_grad() or "
+                              "torch.inference_mode()", names[i]);
+        return rpy_refuse("%s requires grad, but rope_pool_fused writes it in place and has no backward: call it "
+                          "under torch.no_grad() or torch.inference_mode()", names[i]);
+    }
+    return 0;
+}
+
+/* Written in place: bump the version counters, so that autograd sees the write as it sees torch's
+ * own in-place ops (a tensor saved for backward and overwritten then raises at backward). */
+static int torch_mark_written(PyObject *const *objs, int num)
+{
+    if (increment_version_fn == NULL)
+        return 0;
+    PyObject *tensors = PyTuple_New(num);
+    if (tensors == NULL)
+        return -1;
+    for (int i = 0; i < num; i++) {
+        Py_INCREF(objs[i]);
+        PyTuple_SET_ITEM(tensors, i, objs[i]);
+    }
+    PyObject *result = PyObject_Vectorcall(increment_version_fn, &tensors, 1, NULL);
+    Py_DECREF(tensors);
+    Py_XDECREF(result);
+    return result == NULL ? -1 : 0;
+}
+
 static PyObject *torch_empty_like(PyObject *like, const rp_tensor *like_tensor, rp_tensor *out)
 {
-    if (exchange_reads(like) && like_tensor->ndim <= RP_MAX_DIMS)
-        return rpy_dlpack_empty_like(exchange, like, out);
-    /* torch.empty_like(like, memory_format=torch.contiguous_format): like's dtype and device, and
-     * on CUDA memory from the caching allocator on the current stream (graph-capture safe). */
-    PyObject *stack[2] = {like, contiguous_format};
-    PyObject *arr = PyObject_Vectorcall(empty_like_fn, stack, 1, memory_format_kw);
-    if (arr == NULL)
-        return NULL;
-    if (rpy_torch_read_surface(arr, "output", out) < 0)
-        Py_CLEAR(arr);
+    PyObject *arr;
+    if (exchange_reads(like) && like_tensor->ndim <= RP_MAX_DIMS) {
+        arr = rpy_dlpack_empty_like(exchange, like, like_tensor, out);
+    } else {
+        /* torch.empty_like(like, memory_format=torch.contiguous_format): like's dtype and device,
+         * and on CUDA memory from the caching allocator on the current stream (graph-capture
+         * safe). */
+        PyObject *stack[2] = {like, contiguous_format};
+        arr = PyObject_Vectorcall(empty_like_fn, stack, 1, memory_format_kw);
+        if (arr != NULL && rpy_torch_read_surface(arr, "output", out) < 0)
+            Py_CLEAR(arr);
+    }
+    if (arr != NULL && out->device.type == RP_DEVICE_CPU)
+        rpy_advise_fresh_output(out);
     return arr;
 }
 
-const rpy_framework rpy_torch = {"torch.Tensor", torch_is_array, torch_to_tensor, torch_empty_like};
+const rpy_framework rpy_torch = {"torch.Tensor", torch_is_array,       torch_to_tensor,
+                                  torch_empty_like, torch_check_autograd, torch_mark_written};
 
 /* ---- CUDA streams and graph capture --------------------------------------------------------- */
 

@@ -350,3 +350,67 @@ def split_qkv(p, qkv):
     k = qkv[:, q_size:q_size + kv_size].reshape(p.T, p.Hk, p.D)
     v = qkv[:, q_size + kv_size:].reshape(p.T, p.Hk, p.D)
     return q, k, v
+
+
+# ---- the general reference: RoPE variants, paged and fp8 pools, caller outputs ----------------
+
+
+def default_inv_freq(rope_base, R):
+    """rope_base's frequencies over rotary_dim R: pow(rope_base, -2j/R), as the library forms them."""
+    return inv_freq(rope_base, R)
+
+
+def rotate_general(x, positions, freqs, is_neox=True, attention_scaling=1.0):
+    """The contract's formula in float64 for the RoPE variants: the leading R = 2 len(freqs) dims
+    of every head rotated in pairs (j, j + R/2) (NeoX) or (2j, 2j + 1) (GPT-J) by
+    attention_scaling * (cos, sin) of position * freqs[j]; dims R.. pass through. Returns the
+    rotated values and the per-element bound's magnitude s * (|x_a| + |x_b|) (0 where passed)."""
+    x = np.asarray(x, dtype=np.float64)
+    half = len(freqs)
+    angles = np.asarray(positions, dtype=np.float64)[:, None] * np.asarray(freqs, dtype=np.float64)[None, :]
+    c = np.array([math.cos(a) for a in angles.ravel()]).reshape(angles.shape)[:, None, :] * attention_scaling
+    s = np.array([math.sin(a) for a in angles.ravel()]).reshape(angles.shape)[:, None, :] * attention_scaling
+    j = np.arange(half)
+    a, b = (2 * j, 2 * j + 1) if not is_neox else (j, j + half)
+    xa, xb = x[..., a], x[..., b]
+    y, mag = x.copy(), np.zeros_like(x)
+    y[..., a], y[..., b] = xa * c - xb * s, xb * c + xa * s
+    m = attention_scaling * (np.abs(xa) + np.abs(xb))
+    mag[..., a], mag[..., b] = m, m
+    return y, mag
+
+
+def pool_rows(pool, slots, layout, block_size=None):
+    """The views of pool rows slots[t] ([Hk, D] each) under kv_layout: flat [P, Hk, D], NHD
+    [blocks, block_size, Hk, D], HND [blocks, Hk, block_size, D]."""
+    rows = []
+    for s in slots:
+        s = int(s)
+        if layout == "flat":
+            rows.append(pool[s])
+        elif layout == "NHD":
+            rows.append(pool[s // block_size, s % block_size])
+        else:
+            rows.append(pool[s // block_size, :, s % block_size])
+    return rows
+
+
+FP8_MAX = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
+
+
+def fp8_of(values, fp8_name):
+    """fp8(values), round to nearest even, saturating to the format's finite range (ml_dtypes
+    rounds to nearest even; the clip is the saturation)."""
+    dt = getattr(ml_dtypes, fp8_name)
+    v = np.clip(np.asarray(values, dtype=np.float64), -FP8_MAX[fp8_name], FP8_MAX[fp8_name])
+    return v.astype(dt)
+
+
+def fp8_neighbours_ok(got_codes, want64, err64, fp8_name):
+    """Each fp8 code in got_codes lies between fp8(want - err) and fp8(want + err): the correctly
+    rounded value, or its neighbour across a rounding midpoint within the kernel's error err."""
+    dt = getattr(ml_dtypes, fp8_name)
+    got = np.asarray(got_codes).view(dt).astype(np.float64)
+    lo = fp8_of(want64 - err64, fp8_name).astype(np.float64)
+    hi = fp8_of(want64 + err64, fp8_name).astype(np.float64)
+    return (lo <= got) & (got <= hi)

@@ -71,7 +71,9 @@ def test_signature_is_introspectable(ropepool):
     assert [x.name for x in params[:7]] == ["q", "k", "v", "positions", "slots", "k_pool", "v_pool"]
     keyword_only = [x.name for x in params if x.kind is inspect.Parameter.KEYWORD_ONLY]
     assert keyword_only[:4] == ["head_dim", "num_qo_heads", "num_kv_heads", "rope_base"]
-    assert set(keyword_only[4:]) == {"threads", "checked", "style", "rotary_dim"}
+    assert set(keyword_only[4:]) == {"threads", "checked", "is_neox", "rotary_dim", "inv_freq", "attention_scaling",
+                                     "kv_layout", "v_head_dim", "kv_cache_dtype", "k_scale", "v_scale", "q_out",
+                                     "k_out"}
 
 
 def test_numpy_integers_and_int_rope_base_are_accepted(ropepool, fw):
@@ -274,15 +276,13 @@ def test_checked_is_accepted_on_the_cpu(ropepool, cpu_fw):
     check_call(p, before, p.call(ropepool, checked=True))
 
 
-def test_style_and_rotary_dim_reach_the_library(ropepool, fw):
+def test_is_neox_replaces_the_reserved_style_keyword(ropepool, fw):
     p = Problem(fw)
     before = p.snapshot()
-    check_call(p, before, p.call(ropepool, style="neox", rotary_dim=p.D))
-    expect_refusal(ropepool, fw, p.arrays(), p.kwargs(style=7),
-                   "style 7 is not a rope style: use RP_ROPE_NEOX (0) or RP_ROPE_GPTJ (1)")
+    check_call(p, before, p.call(ropepool, is_neox=True, rotary_dim=p.D))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'style'"):
+        p.call(ropepool, style="neox")
     expect_refusal(ropepool, fw, p.arrays(), p.kwargs(rotary_dim=33), "rotary_dim must be even, got 33")
-    with pytest.raises(ValueError, match=r"style must be 'neox' or 'gptj', got 'rotate-half'"):
-        p.call(ropepool, style="rotate-half")
 
 
 # ---- threads, the GIL, fork ----------------------------------------------------------------------

@@ -1,0 +1,249 @@
+"""The call users make, timed beside the C call: ``python -m ropepool.bench``.
+
+For each token count T it times, in one process, on the same memory (torch tensors are
+``torch.from_numpy`` views of the NumPy arrays, CUDA tensors their copies):
+
+- ``C``: ``rp_rope_pool_fused`` alone, the arguments converted once (``_ropepool._time_calls``);
+- the Python call on NumPy arrays and on torch tensors (when torch is importable), with fresh
+  outputs (q_rot and k_rot allocated by the call, dropped by the caller) and with ``q_out`` /
+  ``k_out`` (the caller's arrays, reused);
+
+in interleaved rounds, and prints the median over rounds of the mean time per call, each
+Python figure's ratio to C, and the minor page faults per call. ``--backend cuda`` does the same
+on torch CUDA tensors, where the figures are host wall time per call of an eager loop (the
+stream synchronised at the end of each batch), beside the GPU time per call (CUDA events around
+a CUDA graph of the same calls). ``--profile`` prints where the binding's time goes per call at
+the smallest T (argument parsing, array description, autograd checks, context and stream,
+outputs, the library call, version bumps and result), from ``_ropepool._profile``.
+
+    python -m ropepool.bench [--backend cpu|cuda] [-T 1,256,4096] [--rounds 5] [--profile]
+"""
+
+import argparse
+import resource
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import ropepool
+from ropepool import _ropepool
+
+SHAPE = dict(num_qo_heads=32, num_kv_heads=8, head_dim=128, rope_base=500000.0)  # Llama-3-8B
+
+
+def make_arrays(T, P, seed=1):
+    rng = np.random.default_rng(seed)
+    Hq, Hk, D = SHAPE["num_qo_heads"], SHAPE["num_kv_heads"], SHAPE["head_dim"]
+    return dict(
+        q=rng.standard_normal((T, Hq, D), dtype=np.float32),
+        k=rng.standard_normal((T, Hk, D), dtype=np.float32),
+        v=rng.standard_normal((T, Hk, D), dtype=np.float32),
+        positions=rng.integers(0, 8192, T).astype(np.int64),
+        slots=rng.permutation(P)[:T].astype(np.int64),
+        k_pool=np.zeros((P, Hk, D), np.float32),
+        v_pool=np.zeros((P, Hk, D), np.float32),
+    )
+
+
+ORDER = ["q", "k", "v", "positions", "slots", "k_pool", "v_pool"]
+
+
+def python_batch(arrays, calls, outs, sync):
+    """`calls` Python calls; fresh outputs (dropped at once) when outs is None."""
+    f = ropepool.rope_pool_fused
+    a0, a1, a2, a3, a4, a5, a6 = arrays
+    if outs is None:
+        for _ in range(calls):
+            f(a0, a1, a2, a3, a4, a5, a6, **SHAPE)
+    else:
+        qo, ko = outs
+        for _ in range(calls):
+            f(a0, a1, a2, a3, a4, a5, a6, **SHAPE, q_out=qo, k_out=ko)
+    sync()
+
+
+def timed(run, calls):
+    """(ns per call, minor faults per call) of run(calls)."""
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    start = time.perf_counter_ns()
+    run(calls)
+    ns = (time.perf_counter_ns() - start) / calls
+    return ns, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / calls
+
+
+def methods_for(T, P, backend, torch):
+    """name -> run(calls): the timed variants at T."""
+    base = make_arrays(T, P)
+    arrays = [base[n] for n in ORDER]
+    methods = {}
+    no_sync = lambda: None  # noqa: E731
+    if backend == "cpu":
+        np_outs = (np.empty_like(base["q"]), np.empty_like(base["k"]))
+        methods["C"] = lambda n: _ropepool._time_calls(n, *arrays, **SHAPE, q_out=np_outs[0], k_out=np_outs[1])
+        methods["numpy fresh"] = lambda n: python_batch(arrays, n, None, no_sync)
+        methods["numpy q_out"] = lambda n: python_batch(arrays, n, np_outs, no_sync)
+        if torch is not None:
+            t_arrays = [torch.from_numpy(a) for a in arrays]
+            t_outs = tuple(torch.from_numpy(a) for a in np_outs)
+            methods["torch fresh"] = lambda n: python_batch(t_arrays, n, None, no_sync)
+            methods["torch q_out"] = lambda n: python_batch(t_arrays, n, t_outs, no_sync)
+    else:
+        sync = torch.cuda.synchronize
+        t_arrays = [torch.from_numpy(a).cuda() for a in arrays]
+        t_outs = (torch.empty_like(t_arrays[0]), torch.empty_like(t_arrays[1]))
+
+        def c_launches(n):
+            _ropepool._time_calls(n, *t_arrays, **SHAPE, q_out=t_outs[0], k_out=t_outs[1])
+            sync()
+
+        methods["C"] = c_launches
+        methods["torch fresh"] = lambda n: python_batch(t_arrays, n, None, sync)
+        methods["torch q_out"] = lambda n: python_batch(t_arrays, n, t_outs, sync)
+        methods["gpu"] = gpu_timer(torch, t_arrays, t_outs)
+    return methods
+
+
+def gpu_timer(torch, arrays, outs, per_graph=20):
+    """GPU time per call: CUDA events around replays of a graph of `per_graph` calls."""
+    f = ropepool.rope_pool_fused
+    f(*arrays, **SHAPE, q_out=outs[0], k_out=outs[1])  # the device context exists before capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(per_graph):
+            f(*arrays, **SHAPE, q_out=outs[0], k_out=outs[1])
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def run(n):
+        replays = max(1, n // per_graph)
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e6 / (replays * per_graph)
+
+    return run
+
+
+def calibrate(run, budget_s):
+    """Calls per batch so that a batch takes about budget_s."""
+    calls = 1
+    while True:
+        start = time.perf_counter()
+        run(calls)
+        elapsed = time.perf_counter() - start
+        if elapsed >= budget_s / 4 or calls >= 1 << 20:
+            return max(1, int(calls * budget_s / max(elapsed, 1e-9)))
+        calls *= 4
+
+
+def measure(T, P, backend, torch, rounds, budget_s):
+    methods = methods_for(T, P, backend, torch)
+    calls = {name: calibrate(run, budget_s) for name, run in methods.items()}
+    samples = {name: [] for name in methods}
+    faults = {name: [] for name in methods}
+    for _ in range(rounds):
+        for name, run in methods.items():
+            if name == "gpu":
+                ns, f = run(calls[name]), 0.0
+            else:
+                ns, f = timed(run, calls[name])
+            samples[name].append(ns)
+            faults[name].append(f)
+    return {name: (statistics.median(samples[name]), statistics.median(faults[name])) for name in methods}
+
+
+def profile(backend, torch, P, calls=20000):
+    """The binding's stages at T = 1, torch tensors (NumPy on a CPU without torch)."""
+    base = make_arrays(1, P)
+    arrays = [base[n] for n in ORDER]
+    label = "numpy"
+    if torch is not None:
+        arrays = [torch.from_numpy(a) for a in arrays]
+        label = "torch cpu"
+        if backend == "cuda":
+            arrays = [a.cuda() for a in arrays]
+            label = "torch cuda"
+    outs = (arrays[0].copy() if label == "numpy" else arrays[0].clone(),
+            arrays[1].copy() if label == "numpy" else arrays[1].clone())
+    sync = torch.cuda.synchronize if backend == "cuda" else (lambda: None)
+    print(f"\nWhere a call's host time goes (T = 1, {label}, {calls} calls, mean ns per call):")
+    print("| call | arguments | arrays | autograd | context_stream | outputs | library_call | finish | total |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name, o in (("fresh", None), ("q_out/k_out", outs)):
+        python_batch(arrays, 1000, o, sync)
+        _ropepool._profile(True)
+        python_batch(arrays, calls, o, sync)
+        stages = _ropepool._profile(False)
+        keys = ["arguments", "arrays", "autograd", "context_stream", "outputs", "library_call", "finish"]
+        total = sum(stages[k] for k in keys)
+        print(f"| {name} | " + " | ".join(f"{stages[k]:.0f}" for k in keys) + f" | {total:.0f} |")
+    print("(arguments: parsing and keywords; arrays: describing the 7 arrays (DLPack / NumPy C API) and the\n"
+          " negative-bit check; autograd: grad mode and requires_grad; context_stream: the context and the\n"
+          " current CUDA stream; outputs: allocating q_rot and k_rot, or describing q_out and k_out;\n"
+          " library_call: rp_rope_pool_fused with the GIL released (validation and the kernel, or the\n"
+          " launch on CUDA); finish: version-counter bumps and the result tuple. Dropping fresh outputs\n"
+          " happens in the caller and is not included.)")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m ropepool.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("-T", "--tokens", default=None, help="token counts, comma-separated "
+                        "(default cpu 1,16,256,1024,4096; cuda 1,64,1024,4096)")
+    parser.add_argument("--pool", type=int, default=65536, help="KV-pool slots (default 65536)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=0.04, help="time per batch (default 0.04)")
+    parser.add_argument("--profile", action="store_true", help="also print the per-stage breakdown at T = 1")
+    args = parser.parse_args(argv)
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if args.backend == "cuda" and (torch is None or not torch.cuda.is_available() or not ropepool.has_cuda()):
+        print("ropepool.bench: --backend cuda needs torch with CUDA, a GPU and ropepool's CUDA backend")
+        return 1
+    tokens = [int(t) for t in (args.tokens or ("1,16,256,1024,4096" if args.backend == "cpu"
+                                                else "1,64,1024,4096")).split(",")]
+    P = max(args.pool, max(tokens))
+    where = f"cpu kernel {ropepool.cpu_kernel()}, {ropepool.num_threads()} threads" if args.backend == "cpu" \
+        else f"cuda {torch.cuda.get_device_name()}"
+    print(f"ropepool {ropepool.version()}: the Python call beside the C call; Llama-3-8B (Hq 32, Hk 8, D 128), "
+          f"float32, int64 positions/slots, pool {P}; {where}; numpy {np.__version__}"
+          + (f", torch {torch.__version__}" if torch is not None else ", no torch")
+          + f"; median of {args.rounds} interleaved rounds, us per call (x: ratio to C; faults: minor page "
+          "faults per call)")
+    results = {}
+    for T in tokens:
+        results[T] = measure(T, P, args.backend, torch, args.rounds, args.seconds)
+    names = [n for n in results[tokens[0]] if n not in ("C", "gpu")]
+    head = ["T", "C call" if args.backend == "cpu" else "C launch loop (host)"]
+    if args.backend == "cuda":
+        head.append("GPU time")
+    head += names
+    print("\n| " + " | ".join(head) + " |")
+    print("| " + " | ".join(["---:"] * len(head)) + " |")
+    for T, r in results.items():
+        c = r["C"][0]
+        row = [str(T), f"{c / 1e3:.2f}"]
+        if "gpu" in r:
+            row.append(f"{r['gpu'][0] / 1e3:.2f}")
+        for n in names:
+            ns, f = r[n]
+            row.append(f"{ns / 1e3:.2f} ({ns / c:.2f}x" + (f", {f:.0f} faults)" if "fresh" in n else ")"))
+        print("| " + " | ".join(row) + " |")
+    if 1 in results:
+        c = results[1]["C"][0]
+        print("\nOverhead over the C call at T = 1: " + ", ".join(
+            f"{n} {(results[1][n][0] - c) / 1e3:+.2f} us" for n in names))
+    if args.profile:
+        profile(args.backend, torch, P)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
