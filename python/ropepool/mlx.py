@@ -25,7 +25,9 @@ call for shapes, dtypes and keywords (the seed's checks first, with its texts); 
 are evaluated for slot values (out of range, or two tokens on one slot), and then nothing is written.
 """
 
-import math
+import operator
+
+import numpy as np
 
 try:
     import mlx.core as mx
@@ -52,33 +54,62 @@ if _ext.mlx_version != mx.__version__.split(".dev")[0]:
         f"installed: install mlx=={_ext.mlx_version}, or rebuild ropepool against this MLX"
     )
 
-_KV_CACHE_DTYPES = {"auto": 0, "fp8": 14, "fp8_e4m3": 14, "fp8_e5m2": 15}  # rp_dtype values
+# The NumPy/torch call's spellings (python/src/keywords.c) and rp_dtype values.
+_KV_CACHE_DTYPES = {"auto": 0, "fp8_e4m3": 14, "fp8": 14, "fp8_e5m2": 15}
 _context_ready = False
 
 
-def _positive(name, value, integer):
-    """A keyword whose C field reads 0 as "default": refuse 0 and below here, the rest is the library's."""
-    if integer and (isinstance(value, bool) or not isinstance(value, int)):
-        raise TypeError(f"{name} must be an int or None, got {type(value).__name__}")
-    if not integer:
-        value = float(value)
-    if not (value > 0 and math.isfinite(value)):
-        raise RopePoolError(f"{name} must be positive and finite, got {value!r}")
-    return value
+def _integer(name, value):
+    """None (the library's 0: its default) or an int; every range check is the library's."""
+    if value is None:
+        return 0
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
 
 
-def _frequencies(inv_freq):
-    """inv_freq as a list of floats (float32 entries are exact in float64); mx.arrays are evaluated."""
-    import numpy as np
+def _number(name, value):
+    """A float (a one-element mx.array is read now: the call uses the value it has at this moment)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}") from None
 
+
+def _style(is_neox):
+    if not isinstance(is_neox, (bool, np.bool_)):  # a truthy string or list is a mistake, not a choice
+        raise RopePoolError(f"is_neox must be True (NeoX rotate-half) or False (GPT-J interleaved), got {is_neox!r}")
+    return 0 if is_neox else 1  # rp_rope_style
+
+
+def _frequencies(inv_freq, rotary_dim, head_dim):
+    """inv_freq as a list of float64 (float32 entries widen exactly). With a rotary_dim the library
+    will refuse, the table is left out so that the library's message about rotary_dim is reported."""
+    R = rotary_dim or head_dim
+    if inv_freq is None or not isinstance(R, int) or R <= 0 or R % 2 or R > head_dim:
+        return []
     table = np.asarray(inv_freq)
-    if table.ndim != 1 or table.dtype not in (np.float32, np.float64):
-        raise RopePoolError(
-            f"inv_freq must be a 1-D array of float32 or float64, got shape {table.shape} dtype {table.dtype}"
-        )
-    if table.size == 0:
-        raise RopePoolError("inv_freq is empty: it needs rotary_dim / 2 frequencies")
+    if table.dtype not in (np.float32, np.float64):
+        raise RopePoolError(f"inv_freq must hold float32 or float64 values, got dtype {table.dtype}")
+    if table.shape != (R // 2,):
+        raise RopePoolError(f"inv_freq must be 1-D with rotary_dim/2 = {R // 2} entries, got shape {table.shape}")
     return table.astype(np.float64).tolist()
+
+
+def _pool_format(kv_cache_dtype, k_pool):
+    """rp_rope_pool_args.pool_dtype: MLX has no float8 dtype, so fp8 pools are uint8 arrays."""
+    if not isinstance(kv_cache_dtype, str) or kv_cache_dtype not in _KV_CACHE_DTYPES:
+        raise RopePoolError("kv_cache_dtype must be one of 'auto', 'fp8_e4m3' (or vLLM's 'fp8') or 'fp8_e5m2', "
+                            f"got {kv_cache_dtype!r}")
+    fmt = _KV_CACHE_DTYPES[kv_cache_dtype]
+    if k_pool.dtype == mx.uint8 and fmt == 0:
+        raise RopePoolError("k_pool is uint8: say which fp8 format it stores with kv_cache_dtype='fp8_e4m3' "
+                            "(or 'fp8') or 'fp8_e5m2'")
+    if k_pool.dtype != mx.uint8 and fmt != 0:
+        raise RopePoolError(f"kv_cache_dtype={kv_cache_dtype!r} needs fp8 pools (uint8 on MLX), got k_pool "
+                            f"{str(k_pool.dtype).rsplit('.', 1)[-1]}")
+    return fmt
 
 
 def rope_pool_fused(
@@ -144,25 +175,22 @@ def rope_pool_fused(
             f"kv_layout must be 'flat' on MLX arrays (ropepool.mlx serves the seed's [pool_size, "
             f"num_kv_heads, head_dim] pools only), got {kv_layout!r}"
         )
-    if kv_cache_dtype not in _KV_CACHE_DTYPES:
-        raise RopePoolError(
-            f"kv_cache_dtype must be one of {', '.join(map(repr, _KV_CACHE_DTYPES))}, got {kv_cache_dtype!r}"
-        )
     if not _context_ready:
         _ext.set_threads(num_threads())
         _context_ready = True
+    rotary_dim = _integer("rotary_dim", rotary_dim)
     return _ext.fused(
         q, k, v, positions, slots, k_pool, v_pool,
         head_dim, num_qo_heads, num_kv_heads, rope_base,
-        0 if is_neox else 1,
-        0 if rotary_dim is None else _positive("rotary_dim", rotary_dim, True),
-        [] if inv_freq is None else _frequencies(inv_freq),
-        _positive("attention_scaling", attention_scaling, False),
-        0 if v_head_dim is None else _positive("v_head_dim", v_head_dim, True),
-        _KV_CACHE_DTYPES[kv_cache_dtype],
-        _positive("k_scale", k_scale, False),
-        _positive("v_scale", v_scale, False),
-        0 if threads is None else threads,
+        _style(is_neox),
+        rotary_dim,
+        _frequencies(inv_freq, rotary_dim, head_dim),
+        _number("attention_scaling", attention_scaling),
+        _integer("v_head_dim", v_head_dim),
+        _pool_format(kv_cache_dtype, k_pool),
+        _number("k_scale", k_scale),
+        _number("v_scale", v_scale),
+        _integer("threads", threads),
         stream,
     )
 

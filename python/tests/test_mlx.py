@@ -31,28 +31,17 @@ def mlx_fw():
     return helpers.make_framework("mlx")
 
 
-def rope64(x, positions, freqs, R, is_neox, scaling):
-    """The generalised formula in float64: pairs (j, j + R/2) (NeoX) or (2j, 2j + 1) (GPT-J) of the
-    first R dims, angle positions * freqs[j], cos and sin scaled; dims R.. pass through. Also
-    returns s * (|x_a| + |x_b|) per element for the bound (0 on the pass-through dims)."""
-    angles = np.asarray(positions, dtype=np.float64)[:, None] * np.asarray(freqs, dtype=np.float64)[None, :]
-    c = np.vectorize(math.cos)(angles)[:, None, :] * scaling
-    s = np.vectorize(math.sin)(angles)[:, None, :] * scaling
-    half = R // 2
-    a = np.arange(half) if is_neox else 2 * np.arange(half)
-    b = a + half if is_neox else a + 1
-    y, mag = x.copy(), np.zeros_like(x)
-    y[..., a] = x[..., a] * c - x[..., b] * s
-    y[..., b] = x[..., b] * c + x[..., a] * s
-    mag[..., a] = mag[..., b] = scaling * (np.abs(x[..., a]) + np.abs(x[..., b]))
-    return y, mag
+def rope64(x, positions, freqs=None, is_neox=True, scaling=1.0):
+    """helpers.rotate_general, with the seed's frequencies over the whole head by default."""
+    freqs = helpers.default_inv_freq(BASE, x.shape[-1]) if freqs is None else freqs
+    return helpers.rotate_general(x, positions, freqs, is_neox, scaling)
 
 
-def check(p, before, result, freqs=None, R=None, is_neox=True, scaling=1.0):
+def check(p, before, result, freqs=None, is_neox=True, scaling=1.0):
     """Everything a successful call promises (see the module docstring); `before` is p.snapshot()."""
     fw = p.fw
-    R = R or p.D
-    freqs = helpers.inv_freq(BASE, R) if freqs is None else freqs
+    freqs = helpers.default_inv_freq(BASE, p.D) if freqs is None else freqs
+    R = 2 * len(freqs)
     q_rot, k_rot, k_pool, v_pool = result
     for out, like in ((q_rot, p.q), (k_rot, p.k), (k_pool, p.k_pool), (v_pool, p.v_pool)):
         assert fw.is_array(out) and out.shape == like.shape and out.dtype == like.dtype
@@ -61,7 +50,7 @@ def check(p, before, result, freqs=None, R=None, is_neox=True, scaling=1.0):
     positions = fw.f64(p.positions).astype(np.int64)
     for name, out, x in (("q_rot", q_rot, p.q), ("k_rot", k_rot, p.k)):
         x64 = fw.f64(x)
-        want, mag = rope64(x64, positions, freqs, R, is_neox, scaling)
+        want, mag = rope64(x64, positions, freqs, is_neox, scaling)
         assert_within_bound(name, fw.f64(out), want, mag, p.dtype)
         assert np.array_equal(fw.bits(out)[..., R:], fw.bits(x)[..., R:]), f"{name} pass-through dims changed"
     slots = fw.f64(p.slots).astype(np.int64)
@@ -118,7 +107,7 @@ def test_sglang_decode_loop_rebinding_the_pools(mlx_fw):
         positions, slots = [100 + step, step], [step, 32 + step]
         p = Problem(fw, T=2, Hq=Hq, Hk=Hk, D=D, P=P, dtype="bfloat16", positions=positions, slots=slots, seed=step)
         q_rot, k_rot, k_pool, v_pool = p.call(ropepool.mlx, p.q, p.k, p.v, p.positions, p.slots, k_pool, v_pool)
-        want_q, mag = rope64(fw.f64(p.q), np.array(positions), helpers.inv_freq(BASE, D), D, True, 1.0)
+        want_q, mag = rope64(fw.f64(p.q), np.array(positions))
         assert_within_bound(f"q_rot of step {step}", fw.f64(q_rot), want_q, mag, "bfloat16")
         for t, slot in enumerate(slots):
             written[slot] = (fw.f64(p.k)[t], positions[t], fw.bits(p.v)[t])
@@ -129,7 +118,7 @@ def test_sglang_decode_loop_rebinding_the_pools(mlx_fw):
             assert np.array_equal(k_rows[slot], initial_k[slot]) and np.array_equal(v_rows[slot], initial_v[slot])
             continue
         k, position, v_bits = written[slot]
-        want, mag = rope64(k[None], np.array([position]), helpers.inv_freq(BASE, D), D, True, 1.0)
+        want, mag = rope64(k[None], np.array([position]))
         assert_within_bound(f"k_pool[{slot}]", k64[slot][None], want, mag, "bfloat16")
         assert np.array_equal(v_rows[slot], v_bits), f"v_pool[{slot}]"
 
@@ -144,8 +133,8 @@ def test_results_are_lazy_and_compose_with_a_larger_graph(mlx_fw):
     slots = mx.array([2, 7, 11])
     scores = (q_rot[:, :2] * 0.5).sum() + (k_pool[slots] * v_pool[slots]).sum()
     mx.eval(scores)
-    want_q, _ = rope64(mlx_fw.f64(p.q), mlx_fw.f64(p.positions), helpers.inv_freq(BASE, p.D), p.D, True, 1.0)
-    want_k, _ = rope64(mlx_fw.f64(p.k), mlx_fw.f64(p.positions), helpers.inv_freq(BASE, p.D), p.D, True, 1.0)
+    want_q, _ = rope64(mlx_fw.f64(p.q), mlx_fw.f64(p.positions))
+    want_k, _ = rope64(mlx_fw.f64(p.k), mlx_fw.f64(p.positions))
     v64 = mlx_fw.f64(p.v)
     want = (want_q[:, :2] * 0.5).sum() + sum((want_k[t] * v64[t]).sum() for t in (0, 1, 3))
     assert math.isclose(scores.item(), want, rel_tol=1e-5, abs_tol=1e-3)
@@ -236,14 +225,17 @@ def test_mlx_only_refusals_name_the_keyword(mlx_fw):
                                 "[pool_size, num_kv_heads, head_dim] pools only), got 'nhd'"),
         (dict(q_out=p.q), "q_out/k_out are not supported on MLX arrays, which are immutable: use the "
                           "returned q_rot and k_rot"),
-        (dict(rotary_dim=0), "rotary_dim must be positive and finite, got 0"),
-        (dict(attention_scaling=0.0), "attention_scaling must be positive and finite, got 0.0"),
-        (dict(kv_cache_dtype="int4"), "kv_cache_dtype must be one of 'auto', 'fp8', 'fp8_e4m3', "
+        (dict(kv_cache_dtype="int4"), "kv_cache_dtype must be one of 'auto', 'fp8_e4m3' (or vLLM's 'fp8') or "
                                       "'fp8_e5m2', got 'int4'"),
-        (dict(inv_freq=[]), "inv_freq is empty: it needs rotary_dim / 2 frequencies"),
+        (dict(kv_cache_dtype="fp8"), "kv_cache_dtype='fp8' needs fp8 pools (uint8 on MLX), got k_pool float32"),
+        (dict(is_neox="yes"), "is_neox must be True (NeoX rotate-half) or False (GPT-J interleaved), got 'yes'"),
+        (dict(inv_freq=np.ones(31)), "inv_freq must be 1-D with rotary_dim/2 = 32 entries, got shape (31,)"),
+        (dict(inv_freq=mx.arange(32)), "inv_freq must hold float32 or float64 values, got dtype int32"),
+        (dict(rotary_dim=33), "rotary_dim must be even, got 33"),
+        (dict(rotary_dim=66, inv_freq=np.ones(3)), "rotary_dim 66 is larger than head_dim 64"),
     ]
     for kwargs, message in cases:
-        with pytest.raises(ropepool.RopePoolError) as info:
+        with pytest.raises(ropepool.RopePoolError, match=None) as info:
             call(p, **kwargs)
         assert str(info.value) == message
     helpers.assert_unchanged(p, before)
@@ -282,6 +274,6 @@ def test_variant_keywords_match_the_float64_formula(mlx_fw, variant, dtype):
         pytest.skip(f"this build's libropepool does not implement the variant yet: {error}")
     R = kwargs.get("rotary_dim", p.D)
     freqs = kwargs.get("inv_freq")
-    freqs = helpers.inv_freq(BASE, R) if freqs is None else np.asarray(freqs).astype(np.float64)
-    check(p, before, result, freqs=freqs, R=R, is_neox=kwargs.get("is_neox", True),
+    freqs = helpers.default_inv_freq(BASE, R) if freqs is None else np.asarray(freqs).astype(np.float64)
+    check(p, before, result, freqs=freqs, is_neox=kwargs.get("is_neox", True),
           scaling=kwargs.get("attention_scaling", 1.0))
