@@ -15,10 +15,13 @@ the buffers of the pools passed in (the call never copies a pool): the rows ``sl
 into those buffers when the primitive is evaluated, so treat the pools passed in as consumed and
 read the cache through the returned arrays, as sglang does.
 
-Evaluation runs on the CPU stream. On a GPU default stream (Apple silicon) the primitive is still
-put on the CPU stream: memory is unified, so nothing is copied, but MLX makes the CPU task wait for
-the GPU work that produces q, k, v (and the GPU work that reads the results wait for it), and the
-call runs at ropepool's CPU speed.
+Evaluation runs ropepool's CPU backend (its worker threads, ROPEPOOL_NUM_THREADS) on the thread
+that evaluates the graph, so that a refusal reaches ``mx.eval`` as itself; when an input is computed
+in the same evaluation, it first waits for the CPU stream to finish it (one synchronisation, a few
+microseconds; inputs that are already evaluated cost none). The primitive is always put on the CPU
+stream. On a GPU default stream (Apple silicon) that still works: memory is unified, so nothing is
+copied, but the CPU waits for the GPU work that produces q, k, v, the GPU work that reads the
+results waits for the CPU, and the call runs at ropepool's CPU speed (there is no Metal kernel).
 
 Refusals are :class:`ropepool.RopePoolError` (a ``ValueError``) with the library's message: at the
 call for shapes, dtypes and keywords (the seed's checks first, with its texts); when the results

@@ -69,19 +69,20 @@ NB_MODULE(_ropepool_mlx, m)
              std::vector<double> inv_freq, double attention_scaling, int64_t v_head_dim, int32_t pool_dtype,
              double k_scale, double v_scale, int32_t num_threads, nb::handle stream) {
               rpm::Params p;
-              p.head_dim = head_dim;
-              p.num_qo_heads = num_qo_heads;
-              p.num_kv_heads = num_kv_heads;
-              p.rope_base = rope_base;
-              p.style = style;
-              p.rotary_dim = rotary_dim;
+              rp_rope_pool_args &a = p.fields;
+              a.head_dim = head_dim;
+              a.num_qo_heads = num_qo_heads;
+              a.num_kv_heads = num_kv_heads;
+              a.rope_base = rope_base;
+              a.style = style;
+              a.rotary_dim = rotary_dim;
+              a.attention_scaling = attention_scaling;
+              a.v_head_dim = v_head_dim;
+              a.pool_dtype = pool_dtype;
+              a.k_scale = k_scale;
+              a.v_scale = v_scale;
+              a.num_threads = num_threads;
               p.inv_freq = std::move(inv_freq);
-              p.attention_scaling = attention_scaling;
-              p.v_head_dim = v_head_dim;
-              p.pool_dtype = pool_dtype;
-              p.k_scale = k_scale;
-              p.v_scale = v_scale;
-              p.num_threads = num_threads;
               auto out = rpm::rope_pool_fused(q, k, v, positions, slots, k_pool, v_pool, std::move(p),
                                               stream_or_device(stream));
               return nb::make_tuple(out[0], out[1], out[2], out[3]);

@@ -12,6 +12,7 @@
 
 #include <array>
 #include <atomic>
+#include <cstring>
 
 #include "mlx/stream.h"
 
@@ -66,23 +67,11 @@ rp_tensor describe(const mx::array &a, bool memory)
 /* tensors: q, k, v, positions, slots, k_pool, v_pool, q_rot, k_rot. */
 rp_rope_pool_args make_args(const Params &p, const std::array<const mx::array *, 9> &tensors, bool memory)
 {
-    rp_rope_pool_args a = RP_ZERO_INIT;
+    rp_rope_pool_args a = p.fields;
     rp_tensor *fields[9] = {&a.q, &a.k, &a.v, &a.positions, &a.slots, &a.k_pool, &a.v_pool, &a.q_rot, &a.k_rot};
     for (int i = 0; i < 9; i++)
         *fields[i] = describe(*tensors[i], memory);
-    a.head_dim = p.head_dim;
-    a.num_qo_heads = p.num_qo_heads;
-    a.num_kv_heads = p.num_kv_heads;
-    a.rope_base = p.rope_base;
-    a.style = p.style;
-    a.rotary_dim = p.rotary_dim;
     a.inv_freq = p.inv_freq.empty() ? nullptr : p.inv_freq.data();
-    a.attention_scaling = p.attention_scaling;
-    a.v_head_dim = p.v_head_dim;
-    a.pool_dtype = p.pool_dtype;
-    a.k_scale = p.k_scale;
-    a.v_scale = p.v_scale;
-    a.num_threads = p.num_threads;
     a.flags = memory ? 0u : RP_VALIDATE_ONLY;
     return a;
 }
@@ -157,12 +146,10 @@ std::vector<mx::Shape> RopePoolFused::output_shapes(const std::vector<mx::array>
 
 bool RopePoolFused::is_equivalent(const mx::Primitive &other) const
 {
-    const Params &o = static_cast<const RopePoolFused &>(other).params_, &p = params_;
-    return p.head_dim == o.head_dim && p.num_qo_heads == o.num_qo_heads && p.num_kv_heads == o.num_kv_heads &&
-           p.rope_base == o.rope_base && p.style == o.style && p.rotary_dim == o.rotary_dim &&
-           p.inv_freq == o.inv_freq && p.attention_scaling == o.attention_scaling &&
-           p.v_head_dim == o.v_head_dim && p.pool_dtype == o.pool_dtype && p.k_scale == o.k_scale &&
-           p.v_scale == o.v_scale && p.num_threads == o.num_threads;
+    /* rp_rope_pool_args has no padding (its 4-byte fields come in pairs, reserved0 included), so
+     * equal fields are equal bytes. */
+    const Params &o = static_cast<const RopePoolFused &>(other).params_;
+    return std::memcmp(&params_.fields, &o.fields, sizeof o.fields) == 0 && params_.inv_freq == o.inv_freq;
 }
 
 } // namespace ropepool_mlx

@@ -23,18 +23,11 @@ struct Error : std::invalid_argument {
     rp_status status;
 };
 
-/* The call's scalar arguments: rp_rope_pool_args' fields, minus the tensors. */
+/* The call's scalar arguments: rp_rope_pool_args with its scalar fields set (tensors, inv_freq and
+ * flags unset: each evaluation fills them), and the frequency table the primitive owns. */
 struct Params {
-    int64_t head_dim = 0, num_qo_heads = 0, num_kv_heads = 0;
-    double rope_base = 0.0;
-    int32_t style = RP_ROPE_NEOX;
-    int64_t rotary_dim = 0;         /* 0 = head_dim */
-    std::vector<double> inv_freq;   /* empty = rope_base's frequencies */
-    double attention_scaling = 0.0; /* 0 = 1.0 */
-    int64_t v_head_dim = 0;         /* 0 = head_dim */
-    int32_t pool_dtype = 0;         /* fp8 pools stored as uint8: RP_F8_E4M3 | RP_F8_E5M2 */
-    double k_scale = 0.0, v_scale = 0.0;
-    int32_t num_threads = 0;        /* 0 = the context's */
+    rp_rope_pool_args fields = RP_ZERO_INIT;
+    std::vector<double> inv_freq; /* empty = rope_base's frequencies */
 };
 
 /* (q_rot, k_rot, k_pool_new, v_pool_new), lazy. Refuses a bad call here, with the library's
