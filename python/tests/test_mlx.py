@@ -277,3 +277,10 @@ def test_variant_keywords_match_the_float64_formula(mlx_fw, variant, dtype):
     freqs = helpers.default_inv_freq(BASE, R) if freqs is None else np.asarray(freqs).astype(np.float64)
     check(p, before, result, freqs=freqs, is_neox=kwargs.get("is_neox", True),
           scaling=kwargs.get("attention_scaling", 1.0))
+
+
+def test_the_call_traces_under_mx_compile(mlx_fw):
+    p = Problem(mlx_fw, T=3)
+    before = p.snapshot()
+    step = mx.compile(lambda *arrays: ropepool.mlx.rope_pool_fused(*arrays, **p.kwargs()))
+    check(p, before, step(*p.arrays()))
