@@ -223,6 +223,11 @@ typedef enum rp_kv_layout {
 #define RP_CHECK_SLOTS 0x1u /* CUDA: copy slots to the host and validate range and duplicates
                                before anything is written (one host synchronisation). CPU calls
                                always validate, with or without this flag. */
+#define RP_VALIDATE_ONLY 0x2u /* run every check that needs no memory (the seed's, dtypes, scalars,
+                               extension fields, output shapes and dtypes, devices) and return:
+                               no data pointer is read or dereferenced (NULL is fine), nothing is
+                               written, slot values are not checked. For lazy frameworks (MLX) that
+                               refuse a bad call when it is made, before any array exists. */
 
 typedef struct rp_rope_pool_args {
     /* Inputs: read only, never written. */
@@ -258,7 +263,7 @@ typedef struct rp_rope_pool_args {
     const double *inv_freq; /* [R/2] caller's frequencies in radians per position (finite, >= 0;
                              0 leaves its pair unrotated), host memory read during the call and
                              not kept; NULL = rope_base's. A float32 table: widen it (exactly)   */
-    uint32_t flags;       /* RP_CHECK_SLOTS                                                        */
+    uint32_t flags;       /* RP_CHECK_SLOTS | RP_VALIDATE_ONLY                                     */
     int32_t kv_layout;    /* rp_kv_layout; RP_KV_FLAT (0) = the seed's [P, Hk, D] pools             */
     void *stream;         /* CUDA: the cudaStream_t to launch on (NULL = legacy default stream)    */
     double attention_scaling; /* s > 0, finite: cos and sin are multiplied by s (YaRN, LongRoPE);

@@ -22,7 +22,7 @@ rp_status rp_rope_pool_run(rp_context *ctx, const rp_rope_pool_args *args, rp_pa
     if (errbuf && errbuf_size)
         errbuf[0] = '\0';
     rp_status st = rp_validate(args, &p, &err);
-    if (st != RP_OK)
+    if (st != RP_OK || (args->flags & RP_VALIDATE_ONLY))
         return st;
 
     const int on_cuda = args->q.device.type == RP_DEVICE_CUDA;

@@ -239,8 +239,9 @@ static rp_status check_scalars(const rp_rope_pool_args *a, rp_err *err)
         return st;
     if (a->num_threads < 0)
         return rp_fail(err, bad, "num_threads must be >= 0 (0 = the context's), got %d", (int)a->num_threads);
-    if (a->flags & ~(uint32_t)RP_CHECK_SLOTS)
-        return rp_fail(err, bad, "flags 0x%x has unknown bits (known: RP_CHECK_SLOTS = 0x1)",
+    if (a->flags & ~(uint32_t)(RP_CHECK_SLOTS | RP_VALIDATE_ONLY))
+        return rp_fail(err, bad, "flags 0x%x has unknown bits (known: RP_CHECK_SLOTS = 0x1, "
+                                 "RP_VALIDATE_ONLY = 0x2)",
                        (unsigned)a->flags);
     int reserved = a->reserved0 != 0;
     for (size_t i = 0; i < sizeof a->reserved / sizeof a->reserved[0]; i++)
@@ -314,6 +315,8 @@ static rp_status check_memory(const rp_rope_pool_args *a, rp_err *err)
                            all[i].name, device_text(s1, sizeof s1, t->device),
                            device_text(s2, sizeof s2, a->q.device));
     }
+    if (a->flags & RP_VALIDATE_ONLY) /* the caller has no memory yet: stop before the data */
+        return RP_OK;
     /* Byte ranges, kept for the aliasing checks below: tensors whose ranges are disjoint (the
      * usual case) need no exact test, which a decode-size call could not afford 26 times. */
     rp_extent ext[9];

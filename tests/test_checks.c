@@ -205,7 +205,8 @@ static void test_zero_tokens_with_a_variant_is_a_checked_no_op(void)
 static void test_other_extensions_are_checked(void)
 {
     EXPECT(negative_threads, RP_ERR_INVALID_ARGUMENT, "num_threads must be >= 0 (0 = the context's), got -1");
-    EXPECT(unknown_flag, RP_ERR_INVALID_ARGUMENT, "flags 0x10 has unknown bits (known: RP_CHECK_SLOTS = 0x1)");
+    EXPECT(unknown_flag, RP_ERR_INVALID_ARGUMENT,
+           "flags 0x10 has unknown bits (known: RP_CHECK_SLOTS = 0x1, RP_VALIDATE_ONLY = 0x2)");
     EXPECT(reserved_set, RP_ERR_INVALID_ARGUMENT,
            "rp_rope_pool_args reserved fields must be 0 (zero-initialise the struct)");
     EXPECT(tensor_reserved_set, RP_ERR_INVALID_ARGUMENT, "v: rp_tensor reserved bits must be 0 (flags 0x0)");
@@ -253,6 +254,34 @@ static void test_slot_values_are_checked_in_token_order(void)
            "slot 9 is used by tokens 1 and 4: each slot may be written once per call");
     EXPECT(repeat_before_range, RP_ERR_DUPLICATE_SLOT, "slot 2 is used by tokens 0 and 2*");
     EXPECT(range_before_repeat, RP_ERR_SLOT_OUT_OF_RANGE, "slot 16 of token 1 is out of range*");
+}
+
+/* RP_VALIDATE_ONLY (lazy bindings): the checks that need no memory, with NULL data everywhere and
+ * an out-of-range slot that it must not read; a real call on the same arrays still refuses it. */
+static void test_validate_only_needs_no_memory(void)
+{
+    char msg[512];
+    fixture f;
+    fixture_init(&f, &rng, 3, 4, 2, 16, 8, RP_F16, RP_I64, 100, 0);
+    test_store(f.slots, RP_I64, 1, 8); /* == pool_size */
+    rp_rope_pool_args a = f.args;
+    a.flags = RP_VALIDATE_ONLY;
+    rp_tensor *ts[] = {&a.q, &a.k, &a.v, &a.positions, &a.slots, &a.k_pool, &a.v_pool, &a.q_rot, &a.k_rot};
+    for (int i = 0; i < 9; i++)
+        ts[i]->data = NULL;
+    CHECK(rp_rope_pool_fused(NULL, &a, msg, sizeof msg) == RP_OK, "validate-only: %s", msg);
+    a.v.shape[1] = 3;
+    CHECK(rp_rope_pool_fused(NULL, &a, msg, sizeof msg) == RP_ERR_INVALID_ARGUMENT, "seed check skipped");
+    CHECK(strcmp(msg, "v shape must match k shape, got (3, 3, 16) vs (3, 2, 16)") == 0, "got %s", msg);
+    a.v.shape[1] = 2;
+    a.k_rot.dtype = RP_F32;
+    CHECK(rp_rope_pool_fused(NULL, &a, msg, sizeof msg) == RP_ERR_INVALID_ARGUMENT, "output check skipped");
+    CHECK(strcmp(msg, "k_rot dtype must match k dtype, got float32 vs float16") == 0, "got %s", msg);
+    snapshot s;
+    snapshot_take(&s, &f);
+    CHECK(rp_rope_pool_fused(NULL, &f.args, msg, sizeof msg) == RP_ERR_SLOT_OUT_OF_RANGE, "%s", msg);
+    CHECK(snapshot_unchanged(&s, &f), "a refused call wrote output memory");
+    fixture_free(&f);
 }
 
 static void test_null_args_and_cuda_without_context(void)
@@ -326,6 +355,7 @@ int main(void)
     RUN(test_outputs_devices_and_memory);
     RUN(test_aliasing_outputs_are_rejected);
     RUN(test_slot_values_are_checked_in_token_order);
+    RUN(test_validate_only_needs_no_memory);
     RUN(test_null_args_and_cuda_without_context);
     RUN(test_context_options_are_checked);
     RUN(test_names_and_version);

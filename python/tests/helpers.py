@@ -121,9 +121,50 @@ class TorchFramework:
             self.torch.cuda.synchronize()
 
 
+class MlxFramework:
+    """mx.arrays (ropepool.mlx): NumPy views of evaluated arrays read their buffers in place."""
+
+    name = "mlx"
+    is_cuda = False
+
+    def __init__(self):
+        self.mx = pytest.importorskip("mlx.core", reason="mlx is not installed")
+
+    def has_dtype(self, dtype):
+        return True
+
+    def array(self, values, dtype):
+        return self.mx.array(np.asarray(values, dtype=np.float32)).astype(getattr(self.mx, dtype))
+
+    def index(self, values, dtype="int32"):
+        return self.mx.array(np.asarray(values, dtype=dtype))
+
+    def f64(self, x):
+        if x.dtype == self.mx.bfloat16:
+            x = x.astype(self.mx.float32)  # exact; NumPy has no bfloat16 of its own
+        return np.asarray(x).astype(np.float64)
+
+    def astype(self, x, dtype):
+        return x.astype(getattr(self.mx, dtype))
+
+    def bits(self, x):
+        if x.dtype == self.mx.bfloat16:
+            x = x.view(self.mx.uint16)
+        x = np.asarray(x)
+        return np.ascontiguousarray(x).view(UINT_OF_SIZE[x.dtype.itemsize]).copy()
+
+    def is_array(self, x):
+        return isinstance(x, self.mx.array)
+
+    def dtype_name(self, x):
+        return str(x.dtype).rsplit(".", 1)[-1]
+
+
 def make_framework(name):
     if name == "numpy":
         return NumpyFramework()
+    if name == "mlx":
+        return MlxFramework()
     return TorchFramework("cpu" if name == "torch" else "cuda")
 
 
