@@ -29,6 +29,8 @@ def main():
     parser.add_argument("--batch", type=int, default=8, help="sequences decoding together")
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--steps", type=int, default=8, help="decode steps per round and engine")
+    parser.add_argument("--profile", action="store_true",
+                        help="also print torch.profiler's top operators of one decode step per engine")
     args = parser.parse_args()
     dev, dtype = torch.device(args.device), getattr(torch, args.dtype)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
@@ -54,6 +56,16 @@ def main():
             sync()
             step_times[name].append((time.perf_counter() - start) / args.steps * 1e6)
             state[name] = (tokens, pos)
+
+    if args.profile:  # where a step's time goes, per engine (host and device operators)
+        for name, engine in engines.items():
+            tokens, pos = state[name]
+            sync()
+            with torch.profiler.profile() as prof:
+                engine.step([(s, pos[s], 1) for s in range(args.batch)], tokens)
+                sync()
+            print(f"== {name}: one decode step")
+            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=40))
 
     # The RoPE + pool write alone, on one decode step's shapes (layer 0's pools).
     e = engines["ropepool"]
