@@ -175,8 +175,23 @@ static inline void rp_mrope_angles(const rp_problem *p, int64_t t, int64_t i0, i
 {
     const double pos[3] = {(double)rp_load_position(p, t, 0), (double)rp_load_position(p, t, 1),
                            (double)rp_load_position(p, t, 2)};
-    for (int64_t i = 0; i < n; i++)
-        angles[i] = pos[rp_mrope_row(p->mrope_section, p->mrope_interleaved, i0 + i)] * p->inv_freq[i0 + i];
+    const int32_t *s = p->mrope_section;
+    const double *f = p->inv_freq + i0;
+    if (!p->mrope_interleaved) {
+        for (int64_t i = 0; i < n; i++)
+            angles[i] = pos[rp_mrope_row(s, 0, i0 + i)] * f[i];
+        return;
+    }
+    /* rp_mrope_row's interleaved rule with j % 3 carried along rather than divided for each
+     * frequency, once per token (a division per frequency cost the CPU kernels 10% at T = 256 on
+     * Qwen3-VL-8B's shape; tests/test_mrope.c checks every frequency's row against the rule). */
+    const int64_t h_end = 3 * (int64_t)s[1], w_end = 3 * (int64_t)s[2];
+    int m = (int)(i0 % 3);
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t j = i0 + i;
+        angles[i] = pos[m == 1 && j < h_end ? 1 : m == 2 && j < w_end ? 2 : 0] * f[i];
+        m = m == 2 ? 0 : m + 1;
+    }
 }
 
 /* ---- frequencies -------------------------------------------------------------------------------- */

@@ -22,51 +22,6 @@ static int expected_row(const int32_t s[3], int interleaved, int64_t j)
     return j < s[0] ? 0 : j < (int64_t)s[0] + s[1] ? 1 : 2;
 }
 
-enum { POS_IMAGE, POS_EXTREME, POS_EQUAL }; /* how the three rows are drawn */
-
-/* Replaces f's positions by [3, T] rows t, h, w stored token-major ([T, 3] memory, strides
- * {1, 3}: any strides are allowed). IMAGE: t constant, h and w a grid of 8 columns from a base;
- * EXTREME: each row from extreme_position; EQUAL: the three rows are the old positions. */
-static void fixture_use_rows(fixture *f, int kind)
-{
-    const int64_t T = f->T;
-    void *rows = test_alloc((size_t)(3 * T) * rp_dtype_size(f->index_dtype));
-    const int64_t base = 1000 + (int64_t)(rng_next(&rng) % 100000);
-    for (int64_t t = 0; t < T; t++)
-        for (int r = 0; r < 3; r++) {
-            int64_t v = (int64_t)test_load(f->positions, f->index_dtype, t);
-            if (kind == POS_IMAGE)
-                v = base + (r == 0 ? 0 : r == 1 ? t / 8 : t % 8);
-            else if (kind == POS_EXTREME)
-                v = extreme_position(&rng, (t + 7 * r) % (T + 11));
-            test_store(rows, f->index_dtype, 3 * t + r, (double)v);
-        }
-    free(f->positions);
-    f->positions = rows;
-    rp_tensor *p = &f->args.positions;
-    *p = rp_tensor_1d(rows, f->index_dtype, 3);
-    p->ndim = 2;
-    p->shape[1] = T;
-    p->strides[0] = 1;
-    p->strides[1] = 3;
-}
-
-/* Section kinds for R/2 = H: three chunked (one with an empty h, one with an empty w) and three
- * interleaved (Qwen3-VL-like, an empty h, all t). */
-enum { NUM_SECTIONS = 6 };
-static int section_for(int kind, int64_t H, int32_t s[3])
-{
-    const int32_t h = (int32_t)H;
-    switch (kind) {
-    case 0: s[0] = h / 4; s[1] = (h - h / 4) / 2; s[2] = h - s[0] - s[1]; return 0; /* [16, 24, 24] */
-    case 1: s[0] = h / 2; s[1] = 0; s[2] = h - h / 2; return 0;
-    case 2: s[0] = h / 2; s[1] = h - h / 2; s[2] = 0; return 0;
-    case 3: s[1] = s[2] = h / 3; s[0] = h - 2 * (h / 3); return 1;          /* [24, 20, 20] */
-    case 4: s[0] = h - h / 3; s[1] = 0; s[2] = h / 3; return 1;
-    default: s[0] = h; s[1] = s[2] = 0; return 1;
-    }
-}
-
 static size_t pair_bytes_equal(const fixture *f, const void *a, const void *b, int64_t heads, int64_t j)
 {
     const rp_rope_pool_args *x = &f->args;
@@ -133,8 +88,8 @@ static void test_every_level_follows_both_section_rules_within_bound(void)
                         fixture_init_extreme(&f, &rng, dims[s], dtypes[d], v % 2 ? RP_I64 : RP_I32);
                         fixture_set_variant(&f, &rng, &test_variants[v]);
                         const int64_t R = variant_rotary_dim(&test_variants[v], f.D);
-                        f.args.mrope_interleaved = (uint32_t)section_for(sec, R / 2, f.args.mrope_section);
-                        fixture_use_rows(&f, (sec + v) % 2 ? POS_EXTREME : POS_IMAGE);
+                        f.args.mrope_interleaved = (uint32_t)mrope_section_for(sec, R / 2, f.args.mrope_section);
+                        fixture_use_mrope_rows(&f, &rng, (sec + v) % 2 ? POS_EXTREME : POS_IMAGE);
                         run_level(&levels[l], &f, RP_PARTS_ALL);
                         char what[200], name[64];
                         snprintf(what, sizeof what, "%s %s %s %s [%d, %d, %d]", levels[l].name,
@@ -176,8 +131,8 @@ static void test_equal_rows_give_the_plain_call_bit_for_bit(void)
                 fixture_init_extreme(&m, &b, dims, dtypes[d], RP_I64);
                 fixture_set_variant(&m, &b, &test_variants[v]);
                 const int64_t R = variant_rotary_dim(&test_variants[v], m.D);
-                m.args.mrope_interleaved = (uint32_t)section_for(v % NUM_SECTIONS, R / 2, m.args.mrope_section);
-                fixture_use_rows(&m, POS_EQUAL);
+                m.args.mrope_interleaved = (uint32_t)mrope_section_for(v % NUM_SECTIONS, R / 2, m.args.mrope_section);
+                fixture_use_mrope_rows(&m, &rng, POS_EQUAL);
                 run_level(&levels[l], &plain, RP_PARTS_ALL);
                 run_level(&levels[l], &m, RP_PARTS_ALL);
                 CHECK(same_outputs(&plain, &m, rp_dtype_size(dtypes[d])), "%s %s variant %d: equal rows differ from the plain call",
@@ -203,7 +158,7 @@ static void test_equal_rows_give_the_plain_call_bit_for_bit(void)
         m.args.mrope_section[0] = 16;
         m.args.mrope_section[1] = 24;
         m.args.mrope_section[2] = 24;
-        fixture_use_rows(&m, POS_EQUAL);
+        fixture_use_mrope_rows(&m, &rng, POS_EQUAL);
         call_ok_on(ctx, &plain.args, "plain");
         call_ok_on(ctx, &m.args, "mrope, equal rows");
         CHECK(same_outputs(&plain, &m, fp8 ? 1 : 2), "public call%s: equal rows differ from the plain call",
@@ -219,7 +174,7 @@ static void test_equal_rows_give_the_plain_call_bit_for_bit(void)
 /* The error fixture (6 tokens, D 64: R/2 = 32) with positions [3, 6]. */
 static void rows_3(fixture *f)
 {
-    fixture_use_rows(f, POS_IMAGE);
+    fixture_use_mrope_rows(f, &rng, POS_IMAGE);
 }
 
 static void section_sums_wrong(fixture *f)

@@ -143,7 +143,8 @@ static inline void mirror_fixture(mirror *m, fixture *f)
     mirror_add(m, f->k_rot, (size_t)nk * e);
     mirror_add(m, f->k_pool, (size_t)np * e);
     mirror_add(m, f->v_pool, (size_t)np * e);
-    mirror_add(m, f->positions, (size_t)f->T * ie);
+    /* [T], or mRoPE's [3, T] rows (fixture_use_mrope_rows) */
+    mirror_add(m, f->positions, (size_t)(f->args.positions.ndim == 2 ? 3 * f->T : f->T) * ie);
     mirror_add(m, f->slots, (size_t)f->T * ie);
 }
 
