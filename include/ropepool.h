@@ -371,8 +371,8 @@ typedef struct rp_rope_pool_args {
  * rp_rope_pool_fused call on ctx that starts after the recording kernel has finished returns
  * RP_ERR_SLOT_OUT_OF_RANGE naming that earlier token and slot, and writes nothing (it reads the
  * host-mapped copy: no synchronisation, and kernels replayed from a CUDA graph record there too).
- * Duplicates are found only with RP_CHECK_SLOTS. Every variant, pool layout, fp8 format and
- * v_head_dim runs on CUDA; device-memory scales (k_scale_ptr, v_scale_ptr) are read by the kernel
+ * Duplicates are found only with RP_CHECK_SLOTS. Every variant (mRoPE included: positions [3, T]
+ * are read by the kernel), pool layout, fp8 format and v_head_dim runs on CUDA; device-memory scales (k_scale_ptr, v_scale_ptr) are read by the kernel
  * and not checked: they must hold a positive finite float32.
  *
  * Never writes outside q_rot, k_rot and the rows slots[t] of k_pool and v_pool.

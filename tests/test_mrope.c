@@ -104,16 +104,6 @@ static void test_every_level_follows_both_section_rules_within_bound(void)
     }
 }
 
-/* Outputs and pools of two fixtures, byte for byte. */
-static int same_outputs(const fixture *a, const fixture *b, size_t pool_elem)
-{
-    const size_t elem = rp_dtype_size(a->dtype);
-    return memcmp(a->q_rot, b->q_rot, (size_t)(a->T * a->Hq * a->D) * elem) == 0 &&
-           memcmp(a->k_rot, b->k_rot, (size_t)(a->T * a->Hk * a->D) * elem) == 0 &&
-           memcmp(a->k_pool, b->k_pool, (size_t)(a->P * a->Hk * a->D) * pool_elem) == 0 &&
-           memcmp(a->v_pool, b->v_pool, (size_t)(a->P * a->Hk * a->D) * pool_elem) == 0;
-}
-
 /* Text tokens (three equal rows) give the plain call's bits: at every level, with both rules,
  * every variant; and through the public call with a context's threads, on fp8 pools too. */
 static void test_equal_rows_give_the_plain_call_bit_for_bit(void)
@@ -135,7 +125,7 @@ static void test_equal_rows_give_the_plain_call_bit_for_bit(void)
                 fixture_use_mrope_rows(&m, &rng, POS_EQUAL);
                 run_level(&levels[l], &plain, RP_PARTS_ALL);
                 run_level(&levels[l], &m, RP_PARTS_ALL);
-                CHECK(same_outputs(&plain, &m, rp_dtype_size(dtypes[d])), "%s %s variant %d: equal rows differ from the plain call",
+                CHECK(fixtures_same_outputs(&plain, &m, rp_dtype_size(dtypes[d])), "%s %s variant %d: equal rows differ from the plain call",
                       levels[l].name, rp_dtype_name(dtypes[d]), v);
                 fixture_free(&plain);
                 fixture_free(&m);
@@ -161,7 +151,7 @@ static void test_equal_rows_give_the_plain_call_bit_for_bit(void)
         fixture_use_mrope_rows(&m, &rng, POS_EQUAL);
         call_ok_on(ctx, &plain.args, "plain");
         call_ok_on(ctx, &m.args, "mrope, equal rows");
-        CHECK(same_outputs(&plain, &m, fp8 ? 1 : 2), "public call%s: equal rows differ from the plain call",
+        CHECK(fixtures_same_outputs(&plain, &m, fp8 ? 1 : 2), "public call%s: equal rows differ from the plain call",
               fp8 ? " (fp8 pools)" : "");
         fixture_free(&plain);
         fixture_free(&m);

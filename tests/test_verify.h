@@ -152,6 +152,16 @@ static inline void fixture_init_extreme(fixture *f, test_rng *rng, const int64_t
 
 enum { POS_IMAGE, POS_EXTREME, POS_EQUAL }; /* how the three rows are drawn */
 
+/* Outputs and pools of two fixtures of one shape, byte for byte (pool_elem: bytes per pool element). */
+static inline int fixtures_same_outputs(const fixture *a, const fixture *b, size_t pool_elem)
+{
+    const size_t elem = rp_dtype_size(a->dtype);
+    return memcmp(a->q_rot, b->q_rot, (size_t)(a->T * a->Hq * a->D) * elem) == 0 &&
+           memcmp(a->k_rot, b->k_rot, (size_t)(a->T * a->Hk * a->D) * elem) == 0 &&
+           memcmp(a->k_pool, b->k_pool, (size_t)(a->P * a->Hk * a->D) * pool_elem) == 0 &&
+           memcmp(a->v_pool, b->v_pool, (size_t)(a->P * a->Hk * a->D) * pool_elem) == 0;
+}
+
 /* ---- mRoPE ------------------------------------------------------------------------------------ */
 
 /* Replaces f's positions by [3, T] rows t, h, w stored token-major ([T, 3] memory, strides

@@ -45,16 +45,6 @@ static void test_every_kernel_follows_both_rules_within_bound(void)
                 }
 }
 
-/* fixture's outputs and pools, byte for byte (pool_elem: bytes per pool element). */
-static int same_outputs(const fixture *a, const fixture *b, size_t pool_elem)
-{
-    const size_t elem = rp_dtype_size(a->dtype);
-    return memcmp(a->q_rot, b->q_rot, (size_t)(a->T * a->Hq * a->D) * elem) == 0 &&
-           memcmp(a->k_rot, b->k_rot, (size_t)(a->T * a->Hk * a->D) * elem) == 0 &&
-           memcmp(a->k_pool, b->k_pool, (size_t)(a->P * a->Hk * a->D) * pool_elem) == 0 &&
-           memcmp(a->v_pool, b->v_pool, (size_t)(a->P * a->Hk * a->D) * pool_elem) == 0;
-}
-
 /* Paged NHD pools of blocks of 16 rows over f's flat buffers. */
 static void use_nhd(fixture *f)
 {
@@ -109,7 +99,7 @@ static void test_equal_rows_give_the_plain_call_bit_for_bit(void)
                     mirror_fixture(&mm, &m);
                     run_on_device(ctx, &mp, &plain.args, "plain");
                     run_on_device(ctx, &mm, &m.args, "mrope, equal rows");
-                    CHECK(same_outputs(&plain, &m, pools == 2 ? 1 : rp_dtype_size(dtypes[d])),
+                    CHECK(fixtures_same_outputs(&plain, &m, pools == 2 ? 1 : rp_dtype_size(dtypes[d])),
                           "%lld/%lld/%lld %s T=%lld pools %d: equal rows differ from the plain call", (long long)Hq,
                           (long long)Hk, (long long)D, rp_dtype_name(dtypes[d]), (long long)T, pools);
                     mirror_free(&mp);
@@ -132,17 +122,8 @@ static void test_graph_replay_reads_new_position_rows(void)
     fixture_use_mrope_rows(&f, &rng, POS_IMAGE);
     mirror m = {0};
     mirror_fixture(&m, &f);
-    cudaStream_t stream;
-    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     rp_rope_pool_args d = mirror_args(&m, &f.args, 0);
-    d.stream = stream;
-    char msg[512];
-    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    CHECK(rp_rope_pool_fused(ctx, &d, msg, sizeof msg) == RP_OK, "captured call: %s", msg);
-    cudaGraph_t graph;
-    CUDA_OK(cudaStreamEndCapture(stream, &graph));
-    cudaGraphExec_t exec;
-    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    captured_call call = capture_call(ctx, &d);
     const size_t bytes = (size_t)(3 * T) * sizeof(int64_t);
     int64_t *rows = test_alloc(bytes);
     for (int replay = 0; replay < 3; replay++) {
@@ -151,17 +132,14 @@ static void test_graph_replay_reads_new_position_rows(void)
                 rows[3 * t + r] = replay == 1 ? extreme_position(&rng, t + r) : 5000 * replay + (r ? (r == 1 ? t / 16 : t % 16) : 0);
         memcpy(f.positions, rows, bytes);
         mirror_upload(&m);
-        CUDA_OK(cudaGraphLaunch(exec, stream));
-        CUDA_OK(cudaStreamSynchronize(stream));
+        captured_call_replay(&call);
         mirror_download(&m);
         char what[64];
         snprintf(what, sizeof what, "graph replay %d", replay);
         verify_outputs(&f.args, &f.args, what);
     }
     free(rows);
-    CUDA_OK(cudaGraphExecDestroy(exec));
-    CUDA_OK(cudaGraphDestroy(graph));
-    CUDA_OK(cudaStreamDestroy(stream));
+    captured_call_free(&call);
     mirror_free(&m);
     fixture_free(&f);
 }
