@@ -41,14 +41,12 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
     float4 *cs = table + threadIdx.z * (GB * V / 2) + threadIdx.x;
     /* Threads y < V of a rotated group build the table: pair y (y + HY, ...) of their group. */
     const bool builds_table = rotates && (int)threadIdx.y < V && gr.rotated;
-    const long long pair = builds_table ? pair_of<STYLE, HALF, V>(a, group, threadIdx.y) : 0;
-    const double freq = builds_table ? a.inv_freq[pair] : 0.0;
-    const void *positions = rp_position_row(a, pair); /* mRoPE: the row of this pair */
+    const double freq = builds_table ? a.inv_freq[pair_of<STYLE, HALF, V>(a, group, threadIdx.y)] : 0.0;
     /* This thread's item (head y; junk, and unused, when y >= heads), before the wait. */
     const rp_item item = make_item<ELEM, FP8>(a, threadIdx.y, first);
     const rp_item_rows rows = item_rows<ELEM, FP8>(a, item.kind);
     unsigned long long ready = (unsigned long long)__double_as_longlong(freq);
-    ready ^= (unsigned long long)positions ^ (unsigned long long)item.src ^ (unsigned long long)item.out ^ (unsigned long long)item.pool ^
+    ready ^= (unsigned long long)item.src ^ (unsigned long long)item.out ^ (unsigned long long)item.pool ^
              (unsigned long long)(rows.src ^ rows.out ^ rows.pool ^ rows.pool_row ^ half_bytes);
     /* Every 64-byte line of the scalar parameters, so that the reads after the wait hit. */
     const unsigned *words = (const unsigned *)&a;
@@ -68,7 +66,9 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
         /* 0. The position, first: it heads the longest chain. */
         rp_index_words pos = {0, 0};
         if (builds_table && token_ok)
-            pos = rp_index_issue(positions, a.pos64, a.pos_stride, t);
+            pos = rp_index_issue(rp_position_row(a, pair_of<STYLE, HALF, V>(a, group, threadIdx.y)), a.pos64,
+                                 a.pos_stride, t); /* mRoPE: the row of this thread's pair; formed at use,
+                                                      as a value held across the wait cost spills */
 
         /* 1. This thread's item and the token's slot. */
         uint4 lo, hi;
@@ -88,7 +88,7 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
                 for (int j = threadIdx.y; j < V; j += HY) { /* more than once only when HY < V */
                     float s, c;
                     const bool own = j == (int)threadIdx.y;
-                    const long long pj = own ? pair : pair_of<STYLE, HALF, V>(a, group, j);
+                    const long long pj = pair_of<STYLE, HALF, V>(a, group, j);
                     const double f = own ? freq : a.inv_freq[pj];
                     /* another pair's row may differ (mRoPE): its position is read again */
                     const long long position = own || a.pos_row_bytes == 0 ? rp_index_value(pos, a.pos64)

@@ -27,9 +27,6 @@ rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
     const long long T = a.num_tokens, num_tiles = a.num_tiles;
     const bool rotates = a.parts != RP_PARTS_SCATTER;
     float4 *cs = table + threadIdx.z * (GB * V / 2) + threadIdx.x;
-    /* mRoPE: the positions row of this thread's own pair (y < V of a rotated group) */
-    const long long pair = rotates && (int)threadIdx.y < V && gr.rotated ? pair_of<STYLE, HALF, V>(a, group, threadIdx.y) : 0;
-    const void *positions = rp_position_row(a, pair);
 
     rp_let_next_kernel_launch();
     rp_wait_for_prior_kernel();
@@ -45,7 +42,8 @@ rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
         const bool builds_table = rotates && token_ok && (int)threadIdx.y < V && gr.rotated;
         rp_index_words pos = {0, 0};
         if (builds_table)
-            pos = rp_index_issue(positions, a.pos64, a.pos_stride, t);
+            pos = rp_index_issue(rp_position_row(a, pair_of<STYLE, HALF, V>(a, group, threadIdx.y)), a.pos64,
+                                 a.pos_stride, t); /* mRoPE: the row of this thread's pair */
 
         /* 1. This thread's items and the token's slot. */
         uint4 lo[PREFETCH], hi[PREFETCH];
@@ -70,7 +68,7 @@ rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
                 for (int j = threadIdx.y; j < V; j += HY) {
                     float s, c;
                     const bool own = j == (int)threadIdx.y;
-                    const long long pj = own ? pair : pair_of<STYLE, HALF, V>(a, group, j);
+                    const long long pj = pair_of<STYLE, HALF, V>(a, group, j);
                     /* another pair's row may differ (mRoPE): its position is read again */
                     const long long position = own || a.pos_row_bytes == 0 ? rp_index_value(pos, a.pos64)
                                                    : rp_load_index_dev(rp_position_row(a, pj), a.pos64, a.pos_stride, t);
