@@ -172,7 +172,7 @@ static int parse_shape(const char *arg, bench_options *o)
         return fail("--shape: %lld query heads are not a multiple of %lld kv heads", (long long)v[0],
                     (long long)v[1]);
     o->shape = (bench_shape){"custom", "custom shape", v[0], v[1], v[2], 10000.0, RP_ROPE_NEOX, 0,
-                             BENCH_ROPE_DEFAULT, 0.0, 0.0, 0.0, 0.0};
+                             BENCH_ROPE_DEFAULT, 0.0, 0.0, 0.0, 0.0, {0, 0, 0}, 0};
     return 0;
 }
 

@@ -51,6 +51,8 @@ typedef struct bench_shape {
     double factor;       /* the scaling factor */
     double original_max; /* original_max_position_embeddings */
     double low, high;    /* llama3: low/high_freq_factor; yarn: beta_slow/beta_fast */
+    int32_t mrope_section[3]; /* mRoPE (Qwen-VL): [t, h, w]; all zero: none */
+    int32_t mrope_interleaved; /* Qwen3-VL's rule */
 } bench_shape;
 
 /* "neox R=128/128, rope_base's table" or "gptj R=64/256, llama3 table, s=1.19" */
@@ -126,6 +128,10 @@ typedef struct bench_layout {
     int32_t kv_layout;   /* rp_kv_layout; 0 (flat) when zero-initialised */
     int64_t block_size;  /* paged: rows per block (pool_size is a multiple of it) */
     rp_dtype kv_dtype;   /* 0: pools of dtype; RP_F8_E4M3 | RP_F8_E5M2: fp8 pools */
+    int32_t mrope_section[3];  /* mRoPE: the calls' section (all zero: none) and rule */
+    int32_t mrope_interleaved;
+    int64_t positions_per_token; /* 3 (rows t, h, w, token-major: [T, 3] memory read as [3, T]
+                                    with strides {1, 3}) for mRoPE inputs; 0 or 1: one */
 } bench_layout;
 
 /* Gives L the variant of o's shape: style, rotary_dim, and o's table and attention scaling. */
@@ -138,8 +144,11 @@ typedef struct bench_buffers {
 } bench_buffers;
 
 /* Host inputs for `tokens` tokens, drawn from the seed: q, k, v uniform in [-2, 2), positions
- * uniform in [0, max_position), slots distinct and uniform in [0, pool_size). A call of T tokens on
+ * uniform in [0, max_position) (mRoPE: an image's, t constant and (h, w) walking a grid of
+ * BENCH_IMAGE_COLUMNS columns from a base drawn so), slots distinct and uniform in [0, pool_size). A call of T tokens on
  * input set s uses tokens [s*T, (s+1)*T), so any prefix names distinct slots. */
+enum { BENCH_IMAGE_COLUMNS = 32 }; /* patches per row of an mRoPE benchmark's image grid */
+
 typedef struct bench_inputs {
     int64_t tokens;
     void *q, *k, *v, *positions, *slots;
@@ -157,6 +166,8 @@ void bench_alloc_use_hugepages(int on);
 /* Bytes of the [T, heads, D] rows and of one index array. */
 size_t bench_rows_bytes(const bench_layout *L, int64_t tokens, int64_t heads);
 size_t bench_index_bytes(const bench_layout *L, int64_t tokens);
+/* Bytes of the positions of `tokens` tokens: one index each, or three for mRoPE. */
+size_t bench_positions_bytes(const bench_layout *L, int64_t tokens);
 /* Bytes of one pool (K or V) in its storage format; a paged allocation holds both. */
 size_t bench_pool_bytes(const bench_layout *L);
 /* The pool tensor (K when which = 0, V when 1) of buffers b, in L's layout and format: b->k_pool

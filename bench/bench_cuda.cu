@@ -357,11 +357,12 @@ int allocate(cuda_bench *c, char *msg, size_t msg_size)
     rows_layout.pool_size = c->arena;
     rows_layout.kv_layout = RP_KV_FLAT;
     const size_t rows_bytes = bench_pool_bytes(&rows_layout), index_bytes = bench_index_bytes(L, c->arena);
+    const size_t positions_bytes = bench_positions_bytes(L, c->arena);
     const size_t offsets_bytes = (size_t)(c->arena * L->hk) * sizeof(int64_t);
     const int flat = L->kv_layout == RP_KV_FLAT;
     struct { void **ptr; size_t bytes; const void *from; } dev[] = {
         {&c->dev.q, q_bytes, c->in.q},           {&c->dev.k, kv_bytes, c->in.k},
-        {&c->dev.v, kv_bytes, c->in.v},          {&c->dev.positions, index_bytes, c->in.positions},
+        {&c->dev.v, kv_bytes, c->in.v},          {&c->dev.positions, positions_bytes, c->in.positions},
         {&c->dev.slots, index_bytes, c->in.slots}, {&c->dev.q_rot, q_bytes, nullptr},
         {&c->dev.k_rot, kv_bytes, nullptr},      {&c->dev.k_pool, pool_alloc_bytes(L), nullptr},
         {&c->dev.v_pool, flat ? bench_pool_bytes(L) : 0, nullptr}, {&c->dev_k_rows, rows_bytes, nullptr},
@@ -409,7 +410,7 @@ int run_dtype(cuda_bench *c, const bench_options *o, rp_dtype dtype, bench_repor
     CUDA_TRY(cudaEventCreate(&c->stop));
     c->blocks = prop.multiProcessorCount * 8;
     c->L = bench_layout{o->shape.hq, o->shape.hk, o->shape.d, o->pool_size, o->shape.rope_base, dtype,
-                        o->index_dtype, 0, 0, NULL, 0.0, o->kv_layout, o->block_size, o->kv_dtype};
+                        o->index_dtype, 0, 0, NULL, 0.0, o->kv_layout, o->block_size, o->kv_dtype, {0, 0, 0}, 0, 1};
     bench_layout_set_variant(&c->L, o);
     const double l2 = (double)prop.l2CacheSize;
     c->arena = bench_arena_tokens(o, &c->L, l2);

@@ -83,6 +83,16 @@ size_t bench_index_bytes(const bench_layout *L, int64_t tokens)
     return (size_t)tokens * rp_dtype_size(L->index_dtype);
 }
 
+static int64_t positions_per_token(const bench_layout *L)
+{
+    return L->positions_per_token > 1 ? L->positions_per_token : 1;
+}
+
+size_t bench_positions_bytes(const bench_layout *L, int64_t tokens)
+{
+    return (size_t)positions_per_token(L) * bench_index_bytes(L, tokens);
+}
+
 static size_t pool_elem(const bench_layout *L)
 {
     return L->kv_dtype ? 1 : rp_dtype_size(L->dtype);
@@ -97,7 +107,7 @@ double bench_op_bytes(const bench_layout *L, int64_t tokens)
 {
     return (double)bench_rows_bytes(L, tokens, 2 * L->hq + 3 * L->hk) +
            2.0 * (double)tokens * (double)(L->hk * L->d) * (double)pool_elem(L) +
-           2.0 * (double)bench_index_bytes(L, tokens);
+           (double)bench_positions_bytes(L, tokens) + (double)bench_index_bytes(L, tokens);
 }
 
 rp_tensor bench_pool_tensor(const bench_layout *L, const bench_buffers *b, int which)
@@ -154,7 +164,7 @@ int bench_inputs_create(bench_inputs *in, const bench_layout *L, int64_t tokens,
     in->q = bench_alloc(bench_rows_bytes(L, tokens, L->hq));
     in->k = bench_alloc(bench_rows_bytes(L, tokens, L->hk));
     in->v = bench_alloc(bench_rows_bytes(L, tokens, L->hk));
-    in->positions = bench_alloc(bench_index_bytes(L, tokens));
+    in->positions = bench_alloc(bench_positions_bytes(L, tokens));
     in->slots = bench_alloc(bench_index_bytes(L, tokens));
     /* Distinct slots: the first `tokens` steps of a Fisher-Yates shuffle of [0, pool). The
      * permutation costs 4 bytes a slot, less than the pools themselves. */
@@ -166,6 +176,8 @@ int bench_inputs_create(bench_inputs *in, const bench_layout *L, int64_t tokens,
         return -1;
     }
     bench_rng r = {(seed ^ 0x9e3779b97f4a7c15ull) | 1};
+    const int64_t rows = positions_per_token(L);
+    const int64_t image_base = rows > 1 ? (int64_t)rng_below(&r, (uint64_t)max_position) : 0;
     fill_values(&r, in->q, L->dtype, bench_rows_bytes(L, tokens, L->hq) / rp_dtype_size(L->dtype));
     fill_values(&r, in->k, L->dtype, bench_rows_bytes(L, tokens, L->hk) / rp_dtype_size(L->dtype));
     fill_values(&r, in->v, L->dtype, bench_rows_bytes(L, tokens, L->hk) / rp_dtype_size(L->dtype));
@@ -177,7 +189,13 @@ int bench_inputs_create(bench_inputs *in, const bench_layout *L, int64_t tokens,
         perm[j] = perm[t];
         perm[t] = slot;
         store_index(in->slots, L->index_dtype, t, slot);
-        store_index(in->positions, L->index_dtype, t, (int64_t)rng_below(&r, (uint64_t)max_position));
+        if (rows == 1) {
+            store_index(in->positions, L->index_dtype, t, (int64_t)rng_below(&r, (uint64_t)max_position));
+        } else { /* an image: t constant, h and w on the grid */
+            store_index(in->positions, L->index_dtype, 3 * t, image_base);
+            store_index(in->positions, L->index_dtype, 3 * t + 1, image_base + t / BENCH_IMAGE_COLUMNS);
+            store_index(in->positions, L->index_dtype, 3 * t + 2, image_base + t % BENCH_IMAGE_COLUMNS);
+        }
     }
     free(perm);
     return 0;
@@ -204,7 +222,18 @@ rp_rope_pool_args bench_call_args(const bench_layout *L, const bench_buffers *b,
     a.q = rp_tensor_3d((char *)b->q + q_off, L->dtype, T, L->hq, L->d);
     a.k = rp_tensor_3d((char *)b->k + kv_off, L->dtype, T, L->hk, L->d);
     a.v = rp_tensor_3d((char *)b->v + kv_off, L->dtype, T, L->hk, L->d);
-    a.positions = rp_tensor_1d((char *)b->positions + (size_t)first * is, L->index_dtype, T);
+    const int64_t rows = positions_per_token(L);
+    a.positions = rp_tensor_1d((char *)b->positions + (size_t)(first * rows) * is, L->index_dtype, T);
+    a.positions.strides[0] = rows; /* a layout without mRoPE on mRoPE inputs reads row t */
+    if (L->mrope_section[0] || L->mrope_section[1] || L->mrope_section[2]) { /* [3, T] view of [T, 3] */
+        a.positions.ndim = 2;
+        a.positions.shape[0] = 3;
+        a.positions.shape[1] = T;
+        a.positions.strides[0] = 1;
+        a.positions.strides[1] = rows;
+        memcpy(a.mrope_section, L->mrope_section, sizeof a.mrope_section);
+        a.mrope_interleaved = (uint32_t)L->mrope_interleaved;
+    }
     a.slots = rp_tensor_1d((char *)b->slots + (size_t)first * is, L->index_dtype, T);
     a.k_pool = bench_pool_tensor(L, b, 0);
     a.v_pool = bench_pool_tensor(L, b, 1);
@@ -232,6 +261,9 @@ void bench_layout_set_variant(bench_layout *L, const bench_options *o)
     L->rotary_dim = o->shape.rotary_dim;
     L->inv_freq = o->has_table ? o->inv_freq : NULL;
     L->attention_scaling = o->has_table ? o->attention_scaling : 0.0;
+    memcpy(L->mrope_section, o->shape.mrope_section, sizeof L->mrope_section);
+    L->mrope_interleaved = o->shape.mrope_interleaved;
+    L->positions_per_token = L->mrope_section[0] || L->mrope_section[1] || L->mrope_section[2] ? 3 : 1;
 }
 
 rp_rope_pool_args *bench_set_args(const bench_layout *L, const bench_buffers *b, int64_t T,

@@ -42,6 +42,13 @@ static const bench_shape presets[] = {
      * interleaved pairs (transformers' Glm4 rotates x[0::2], x[1::2]) */
     {.name = "glm4-9b", .model = "GLM-4-9B (GPT-J pairs, partial 0.5)", .hq = 32, .hk = 2, .d = 128,
      .rope_base = 10000.0, .style = RP_ROPE_GPTJ, .rotary_dim = 64},
+    /* Multimodal RoPE on an image's tokens (inputs.c: t constant, h and w on a grid). Qwen2.5-VL-7B:
+     * num_attention_heads 28, num_key_value_heads 4, rope_theta 1e6, mrope_section [16, 24, 24] in
+     * consecutive chunks; Qwen3-VL-8B: 32 / 8, rope_theta 5e6, [24, 20, 20] interleaved */
+    {.name = "qwen2.5-vl-7b", .model = "Qwen2.5-VL-7B (mRoPE [16, 24, 24])", .hq = 28, .hk = 4, .d = 128,
+     .rope_base = 1000000.0, .mrope_section = {16, 24, 24}},
+    {.name = "qwen3-vl-8b", .model = "Qwen3-VL-8B (interleaved mRoPE [24, 20, 20])", .hq = 32, .hk = 8, .d = 128,
+     .rope_base = 5000000.0, .mrope_section = {24, 20, 20}, .mrope_interleaved = 1},
 };
 
 const bench_shape *bench_presets(int *count)

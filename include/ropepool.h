@@ -234,7 +234,8 @@ typedef struct rp_rope_pool_args {
     rp_tensor q;         /* [T, Hq, D]  f32 | f16 | bf16                                         */
     rp_tensor k;         /* [T, Hk, D]  same dtype as q                                          */
     rp_tensor v;         /* [T, Hk, Dv] same dtype as q; Dv = v_head_dim (default D)             */
-    rp_tensor positions; /* [T]         i32 | i64: the token's position in its sequence          */
+    rp_tensor positions; /* [T]         i32 | i64: the token's position in its sequence
+                            ([3, T] with mrope_section: rows t, h, w)                            */
     rp_tensor slots;     /* [T]         i32 | i64: pool row for the token; any value < 0 skips   */
     /* In-out: row slots[t] of each pool is overwritten for every slots[t] >= 0; no other row is
      * read or written. Strided over slots is fine (one layer of a [layers, P, Hk, D] buffer,
@@ -281,7 +282,16 @@ typedef struct rp_rope_pool_args {
                                  read when the kernel runs, so a captured graph sees updates;
                                  NULL = k_scale                                                   */
     const float *v_scale_ptr; /* likewise for v_scale                                             */
-    uint64_t reserved[16]; /* must be 0: room for mRoPE and QK-norm                               */
+    /* mRoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): each token has three positions, rows t, h, w of a
+     * positions tensor [3, T] (any strides), and frequency j takes the row row(j):
+     *   chunked (mrope_interleaved = 0, Qwen2-VL / Qwen2.5-VL): 0 for j < t, 1 for j < t + h, else 2;
+     *   interleaved (1, Qwen3-VL): 1 where j % 3 == 1 and j < 3h, 2 where j % 3 == 2 and j < 3w,
+     *   else 0;
+     * with [t, h, w] = mrope_section: non-negative, summing to rotary_dim / 2 (an empty h or w
+     * section is fine). All zero = no mRoPE: positions is [T] (the seed's call). */
+    int32_t mrope_section[3];
+    uint32_t mrope_interleaved; /* 0 or 1; 1 needs mrope_section                                     */
+    uint64_t reserved[14]; /* must be 0: room for QK-norm                                         */
 } rp_rope_pool_args;
 
 /*
@@ -291,6 +301,8 @@ typedef struct rp_rope_pool_args {
  * frequency f_j = inv_freq[j] (the caller's table, used as given) or rope_base^(-2j/R) (the
  * denominator is R, as in transformers and vLLM), for every token t and head h:
  *     angle = positions[t] * f_j        c = s * cos(angle)        n = s * sin(angle)
+ *     (mRoPE: angle = positions[row(j), t] * f_j, the row of mrope_section's rule; when the three
+ *     rows are equal the result is bit-identical to the call with that one row as positions [T])
  *     pair (a, b) = (j, j + R/2) for RP_ROPE_NEOX, (2j, 2j + 1) for RP_ROPE_GPTJ
  *     q_rot[t,h,a] = q[t,h,a] * c - q[t,h,b] * n
  *     q_rot[t,h,b] = q[t,h,b] * c + q[t,h,a] * n
@@ -331,7 +343,7 @@ typedef struct rp_rope_pool_args {
  * Validation runs completely before the first byte is written; a call that fails writes nothing
  * at all. The seed's checks come first, in the seed's order and with its exact messages:
  *     rope_pool_fused expects q/k/v to be 3-D
- *     rope_pool_fused expects positions/slots to be 1-D
+ *     rope_pool_fused expects positions/slots to be 1-D   (positions: unless mrope_section is set)
  *     rope_pool_fused expects pool tensors to be 3-D
  *     q shape must be [num_tokens, num_qo_heads, head_dim], got (T, Hq, D)
  *     k shape must be [num_tokens, num_kv_heads, head_dim], got (...)
@@ -344,7 +356,7 @@ typedef struct rp_rope_pool_args {
  * (with kv_layout, the pool rank and shape checks name the layout; with v_head_dim, v's and
  * v_pool's; the last one stands for every pool dtype that is not fp8), then ours: dtypes,
  * head_dim and counts, rope_base, extension fields (style, rotary_dim, each inv_freq entry,
- * attention_scaling, k_scale / v_scale: > 0 and finite, other than 1 only with fp8 pools; a
+ * attention_scaling, mrope_section and mrope_interleaved, k_scale / v_scale: > 0 and finite, other than 1 only with fp8 pools; a
  * pointer's value is checked on the CPU before anything is written), output shapes and dtypes,
  * devices, NULL data, alignment, strides, read-only outputs, overlaps, and last the slot values
  * (any slot >= P = num_blocks * block_size, and a slot named by two tokens).
@@ -359,8 +371,8 @@ typedef struct rp_rope_pool_args {
  * rp_rope_pool_fused call on ctx that starts after the recording kernel has finished returns
  * RP_ERR_SLOT_OUT_OF_RANGE naming that earlier token and slot, and writes nothing (it reads the
  * host-mapped copy: no synchronisation, and kernels replayed from a CUDA graph record there too).
- * Duplicates are found only with RP_CHECK_SLOTS. Every variant, pool layout, fp8 format and
- * v_head_dim runs on CUDA; device-memory scales (k_scale_ptr, v_scale_ptr) are read by the kernel
+ * Duplicates are found only with RP_CHECK_SLOTS. Every variant (mRoPE included: positions [3, T]
+ * are read by the kernel), pool layout, fp8 format and v_head_dim runs on CUDA; device-memory scales (k_scale_ptr, v_scale_ptr) are read by the kernel
  * and not checked: they must hold a positive finite float32.
  *
  * Never writes outside q_rot, k_rot and the rows slots[t] of k_pool and v_pool.

@@ -88,7 +88,34 @@ typedef struct rp_problem {
      * rp_problem_fill_freq) has filled it. */
     const double *inv_freq;
     int caller_freq;
+
+    /* mRoPE: positions is [3, T], row r of token t at element r * pos_row_stride + t * pos_stride,
+     * and frequency j takes row rp_mrope_row(mrope_section, mrope_interleaved, j). Without mRoPE
+     * (mrope = 0) the section is {R/2, 0, 0} and pos_row_stride 0, so that the same rule gives
+     * row 0 everywhere: a backend may apply it unconditionally (the CUDA kernels do). */
+    int mrope;
+    int32_t mrope_section[3];
+    int mrope_interleaved;
+    int64_t pos_row_stride;
 } rp_problem;
+
+#if defined(__CUDACC__)
+#  define RP_HOST_DEVICE __host__ __device__
+#else
+#  define RP_HOST_DEVICE
+#endif
+
+/* The position row (0 = t, 1 = h, 2 = w) that frequency j takes under mRoPE: consecutive chunks
+ * [t, h, w] (Qwen2-VL's mrope_section), or interleaved (Qwen3-VL's apply_interleaved_mrope:
+ * h at j = 1, 4, ... below 3h, w at j = 2, 5, ... below 3w, t elsewhere). The one statement of the
+ * rule: the reference, the CPU kernels and the CUDA kernels all call it. */
+static inline RP_HOST_DEVICE int rp_mrope_row(const int32_t section[3], int interleaved, int64_t j)
+{
+    if (!interleaved)
+        return (j >= section[0]) + (j >= (int64_t)section[0] + section[1]);
+    const int m = (int)(j % 3);
+    return m == 1 && j < 3 * (int64_t)section[1] ? 1 : m == 2 && j < 3 * (int64_t)section[2] ? 2 : 0;
+}
 
 /* Element offset of head h of pool row `slot` (>= 0, < pool_size) in a pool with strides
  * stride[4] ([block, row, head, dim]). Every backend and the verifier address pool rows through
@@ -133,6 +160,38 @@ static inline int64_t rp_load_index(const void *base, rp_dtype dtype, int64_t st
 {
     return dtype == RP_I64 ? ((const int64_t *)base)[t * stride]
                            : (int64_t)((const int32_t *)base)[t * stride];
+}
+
+/* Position row r (rp_mrope_row; 0 without mRoPE) of token t. */
+static inline int64_t rp_load_position(const rp_problem *p, int64_t t, int row)
+{
+    return rp_load_index(p->positions, p->pos_dtype, 1, row * p->pos_row_stride + t * p->pos_stride);
+}
+
+/* mRoPE's angles of token t for frequencies [i0, i0 + n): angles[i] = positions[row(i0 + i), t] *
+ * inv_freq[i0 + i], the float64 product the plain call forms (so a kernel that takes a position
+ * and a table can take these angles and position 1.0, exactly). */
+static inline void rp_mrope_angles(const rp_problem *p, int64_t t, int64_t i0, int64_t n, double *angles)
+{
+    const double pos[3] = {(double)rp_load_position(p, t, 0), (double)rp_load_position(p, t, 1),
+                           (double)rp_load_position(p, t, 2)};
+    const int32_t *s = p->mrope_section;
+    const double *f = p->inv_freq + i0;
+    if (!p->mrope_interleaved) {
+        for (int64_t i = 0; i < n; i++)
+            angles[i] = pos[rp_mrope_row(s, 0, i0 + i)] * f[i];
+        return;
+    }
+    /* rp_mrope_row's interleaved rule with j % 3 carried along rather than divided for each
+     * frequency, once per token (a division per frequency cost the CPU kernels 10% at T = 256 on
+     * Qwen3-VL-8B's shape; tests/test_mrope.c checks every frequency's row against the rule). */
+    const int64_t h_end = 3 * (int64_t)s[1], w_end = 3 * (int64_t)s[2];
+    int m = (int)(i0 % 3);
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t j = i0 + i;
+        angles[i] = pos[m == 1 && j < h_end ? 1 : m == 2 && j < w_end ? 2 : 0] * f[i];
+        m = m == 2 ? 0 : m + 1;
+    }
 }
 
 /* ---- frequencies -------------------------------------------------------------------------------- */

@@ -110,15 +110,29 @@ static rp_status check_scale(const rp_rope_pool_args *a, const char *name, doubl
     return RP_OK;
 }
 
-/* The seed's checks, verbatim (sgl_kernel/metal.py, rope_pool_fused). */
+/* mRoPE is on when mrope_section is: a real section sums to rotary_dim / 2 >= 1, so all zero
+ * can only mean "none". */
+static int has_mrope(const rp_rope_pool_args *a)
+{
+    return a->mrope_section[0] != 0 || a->mrope_section[1] != 0 || a->mrope_section[2] != 0;
+}
+
+/* The seed's checks, verbatim (sgl_kernel/metal.py, rope_pool_fused); mRoPE's positions [3, T]
+ * take the place of its 1-D positions, with their own messages. */
 static rp_status check_seed(const rp_rope_pool_args *a, rp_err *err)
 {
     char s1[SHAPE_TEXT], s2[SHAPE_TEXT];
     const rp_status bad = RP_ERR_INVALID_ARGUMENT;
     if (a->q.ndim != 3 || a->k.ndim != 3 || a->v.ndim != 3)
         return rp_fail(err, bad, "rope_pool_fused expects q/k/v to be 3-D");
-    if (a->positions.ndim != 1 || a->slots.ndim != 1)
+    const int mrope = has_mrope(a);
+    if ((a->positions.ndim != 1 && !mrope) || a->slots.ndim != 1)
         return rp_fail(err, bad, "rope_pool_fused expects positions/slots to be 1-D");
+    if (mrope && a->positions.ndim != 2)
+        return rp_fail(err, bad, "mrope_section [%d, %d, %d] is set, so positions must be 2-D [3, num_tokens] "
+                       "(rows t, h, w), got %d-D positions %s", (int)a->mrope_section[0],
+                       (int)a->mrope_section[1], (int)a->mrope_section[2], (int)a->positions.ndim,
+                       rp_format_shape(s1, sizeof s1, &a->positions));
     if (a->kv_layout != RP_KV_FLAT && a->kv_layout != RP_KV_NHD && a->kv_layout != RP_KV_HND)
         return rp_fail(err, bad, "kv_layout %d is unknown: use RP_KV_FLAT (0), RP_KV_NHD (1) or RP_KV_HND (2)",
                        (int)a->kv_layout);
@@ -145,7 +159,10 @@ static rp_status check_seed(const rp_rope_pool_args *a, rp_err *err)
         return rp_fail(err, bad, "v shape must be [num_tokens, num_kv_heads, v_head_dim] = (%lld, %lld, %lld), got %s",
                        (long long)T, (long long)a->num_kv_heads, (long long)a->v_head_dim,
                        rp_format_shape(s1, sizeof s1, &a->v));
-    if (a->positions.shape[0] != T || a->slots.shape[0] != T)
+    if (mrope && (a->positions.shape[0] != 3 || a->positions.shape[1] != T))
+        return rp_fail(err, bad, "mrope_section is set, so positions must be [3, num_tokens] = (3, %lld) "
+                       "(rows t, h, w), got %s", (long long)T, rp_format_shape(s1, sizeof s1, &a->positions));
+    if ((!mrope && a->positions.shape[0] != T) || a->slots.shape[0] != T)
         return rp_fail(err, bad, "positions/slots must have one entry per token");
     const pool_dims L = layouts[a->kv_layout];
     if (a->k_pool.shape[L.head] != a->num_kv_heads || a->k_pool.shape[L.dim] != a->head_dim) {
@@ -199,6 +216,18 @@ static rp_status check_variant(const rp_rope_pool_args *a, rp_err *err)
     if (a->attention_scaling != 0.0 && !(isfinite(a->attention_scaling) && a->attention_scaling > 0.0))
         return rp_fail(err, bad, "attention_scaling must be positive and finite (0 = 1.0), got %g",
                        a->attention_scaling);
+    const int32_t *sec = a->mrope_section;
+    if (sec[0] < 0 || sec[1] < 0 || sec[2] < 0)
+        return rp_fail(err, bad, "mrope_section [%d, %d, %d] must be three non-negative counts of frequencies "
+                       "(t, h, w)", (int)sec[0], (int)sec[1], (int)sec[2]);
+    if (has_mrope(a) && (int64_t)sec[0] + sec[1] + sec[2] != half)
+        return rp_fail(err, bad, "mrope_section [%d, %d, %d] sums to %lld, but must sum to rotary_dim / 2 = %lld",
+                       (int)sec[0], (int)sec[1], (int)sec[2], (long long)sec[0] + sec[1] + sec[2], (long long)half);
+    if (a->mrope_interleaved > 1)
+        return rp_fail(err, bad, "mrope_interleaved must be 0 or 1, got %u", (unsigned)a->mrope_interleaved);
+    if (a->mrope_interleaved && !has_mrope(a))
+        return rp_fail(err, bad, "mrope_interleaved is set but mrope_section is not: interleaving needs the "
+                       "section [t, h, w]");
     return RP_OK;
 }
 
@@ -439,7 +468,9 @@ rp_status rp_validate(const rp_rope_pool_args *a, rp_problem *p, rp_err *err)
     copy3(p->k_rot_stride, &a->k_rot);
     pool_strides(p->k_pool_stride, &a->k_pool, L);
     pool_strides(p->v_pool_stride, &a->v_pool, L);
-    p->pos_stride = a->positions.strides[0];
+    p->mrope = has_mrope(a);
+    p->pos_stride = a->positions.strides[p->mrope ? 1 : 0];
+    p->pos_row_stride = p->mrope ? a->positions.strides[0] : 0;
     p->slot_stride = a->slots.strides[0];
     const int64_t *inner[5] = {p->q_stride, p->k_stride, p->v_stride, p->q_rot_stride, p->k_rot_stride};
     p->inner_contiguous = p->k_pool_stride[3] == 1 && p->v_pool_stride[3] == 1;
@@ -451,6 +482,9 @@ rp_status rp_validate(const rp_rope_pool_args *a, rp_problem *p, rp_err *err)
     p->rope_base = a->rope_base;
     p->inv_freq = a->inv_freq;
     p->caller_freq = a->inv_freq != NULL;
+    p->mrope_interleaved = (int)a->mrope_interleaved;
+    for (int r = 0; r < 3; r++) /* without mRoPE, {R/2, 0, 0}: row 0 for every frequency */
+        p->mrope_section[r] = p->mrope ? a->mrope_section[r] : r == 0 ? (int32_t)(p->rotary_dim / 2) : 0;
     return RP_OK;
 }
 

@@ -141,7 +141,12 @@ static void fuzz_one(int call, int *ok_calls)
         if (chance(20))
             a.v_scale_ptr = &scale_cells[1];
     }
-    a.positions = random_view(1, ts, chance(50) ? RP_I32 : RP_I64);
+    /* mRoPE now and then: positions [3, T] (sometimes [2, T] or 1-D), a section mostly summing
+     * to rotary_dim / 2 (set below), either rule, sometimes the rule alone. */
+    const int mrope = chance(25);
+    const int64_t mps[2] = {chance(5) ? 2 : 3, T};
+    a.positions = mrope && !chance(5) ? random_view(2, mps, chance(50) ? RP_I32 : RP_I64)
+                                      : random_view(1, ts, chance(50) ? RP_I32 : RP_I64);
     a.slots = random_view(1, ts, chance(2) ? RP_F32 : chance(50) ? RP_I32 : RP_I64);
     a.head_dim = chance(3) ? D + 1 : D;
     a.num_qo_heads = Hq;
@@ -162,6 +167,17 @@ static void fuzz_one(int call, int *ok_calls)
         a.inv_freq = table;
     }
     a.attention_scaling = chance(50) ? 0.0 : chance(3) ? -1.0 : rng_uniform(&rng, 0.5, 2.0);
+    if (mrope) {
+        const int64_t half = (a.rotary_dim > 0 ? a.rotary_dim : D) / 2, t_len = pick(0, half), h_len = pick(0, half - t_len);
+        a.mrope_section[0] = (int32_t)t_len;
+        a.mrope_section[1] = (int32_t)h_len;
+        a.mrope_section[2] = (int32_t)(half - t_len - h_len + (chance(5) ? pick(-1, 1) : 0));
+        if (chance(3))
+            a.mrope_section[pick(0, 2)] = -1;
+        a.mrope_interleaved = chance(50) ? 1u : chance(3) ? 2u : 0u;
+    } else if (chance(2)) {
+        a.mrope_interleaved = 1; /* without a section */
+    }
 
     /* Index values go into the arena before the snapshot (they are inputs). Slots: mostly
      * distinct in range, some negative, sometimes out of range or repeated. */
@@ -170,13 +186,15 @@ static void fuzz_one(int call, int *ok_calls)
         int64_t *p64 = NULL;
         int32_t *p32 = NULL;
         const size_t pe = rp_dtype_size((rp_dtype)a.positions.dtype), se = rp_dtype_size((rp_dtype)a.slots.dtype);
-        if ((uintptr_t)a.positions.data % pe == 0) {
+        const int rows = a.positions.ndim == 2 ? (int)a.positions.shape[0] : 1;
+        for (int r = 0; r < rows && (uintptr_t)a.positions.data % pe == 0; r++) {
             const int64_t pos = chance(10) ? (int64_t)(int32_t)(uint32_t)rng_next(&rng) : pick(0, 100000);
+            const int64_t at = rows > 1 ? r * a.positions.strides[0] + t * a.positions.strides[1] : t * a.positions.strides[0];
             if (a.positions.dtype == RP_I64) {
-                p64 = (int64_t *)a.positions.data + t * a.positions.strides[0];
+                p64 = (int64_t *)a.positions.data + at;
                 *p64 = pos;
             } else {
-                p32 = (int32_t *)a.positions.data + t * a.positions.strides[0];
+                p32 = (int32_t *)a.positions.data + at;
                 *p32 = (int32_t)pos;
             }
         }

@@ -150,4 +150,61 @@ static inline void fixture_init_extreme(fixture *f, test_rng *rng, const int64_t
         test_store(f->positions, index_dtype, t, (double)extreme_position(rng, t));
 }
 
+enum { POS_IMAGE, POS_EXTREME, POS_EQUAL }; /* how the three rows are drawn */
+
+/* Outputs and pools of two fixtures of one shape, byte for byte (pool_elem: bytes per pool element). */
+static inline int fixtures_same_outputs(const fixture *a, const fixture *b, size_t pool_elem)
+{
+    const size_t elem = rp_dtype_size(a->dtype);
+    return memcmp(a->q_rot, b->q_rot, (size_t)(a->T * a->Hq * a->D) * elem) == 0 &&
+           memcmp(a->k_rot, b->k_rot, (size_t)(a->T * a->Hk * a->D) * elem) == 0 &&
+           memcmp(a->k_pool, b->k_pool, (size_t)(a->P * a->Hk * a->D) * pool_elem) == 0 &&
+           memcmp(a->v_pool, b->v_pool, (size_t)(a->P * a->Hk * a->D) * pool_elem) == 0;
+}
+
+/* ---- mRoPE ------------------------------------------------------------------------------------ */
+
+/* Replaces f's positions by [3, T] rows t, h, w stored token-major ([T, 3] memory, strides
+ * {1, 3}: any strides are allowed). IMAGE: t constant, h and w a grid of 8 columns from a base;
+ * EXTREME: each row from extreme_position; EQUAL: the three rows are the old positions. */
+static inline void fixture_use_mrope_rows(fixture *f, test_rng *rng, int kind)
+{
+    const int64_t T = f->T;
+    void *rows = test_alloc((size_t)(3 * T) * rp_dtype_size(f->index_dtype));
+    const int64_t base = 1000 + (int64_t)(rng_next(rng) % 100000);
+    for (int64_t t = 0; t < T; t++)
+        for (int r = 0; r < 3; r++) {
+            int64_t v = (int64_t)test_load(f->positions, f->index_dtype, t);
+            if (kind == POS_IMAGE)
+                v = base + (r == 0 ? 0 : r == 1 ? t / 8 : t % 8);
+            else if (kind == POS_EXTREME)
+                v = extreme_position(rng, (t + 7 * r) % (T + 11));
+            test_store(rows, f->index_dtype, 3 * t + r, (double)v);
+        }
+    free(f->positions);
+    f->positions = rows;
+    rp_tensor *p = &f->args.positions;
+    *p = rp_tensor_1d(rows, f->index_dtype, 3);
+    p->ndim = 2;
+    p->shape[1] = T;
+    p->strides[0] = 1;
+    p->strides[1] = 3;
+}
+
+/* Section kinds for R/2 = H: three chunked (one with an empty h, one with an empty w) and three
+ * interleaved (Qwen3-VL-like, an empty h, all t). */
+enum { NUM_SECTIONS = 6 };
+static inline int mrope_section_for(int kind, int64_t H, int32_t s[3])
+{
+    const int32_t h = (int32_t)H;
+    switch (kind) {
+    case 0: s[0] = h / 4; s[1] = (h - h / 4) / 2; s[2] = h - s[0] - s[1]; return 0; /* [16, 24, 24] */
+    case 1: s[0] = h / 2; s[1] = 0; s[2] = h - h / 2; return 0;
+    case 2: s[0] = h / 2; s[1] = h - h / 2; s[2] = 0; return 0;
+    case 3: s[1] = s[2] = h / 3; s[0] = h - 2 * (h / 3); return 1;          /* [24, 20, 20] */
+    case 4: s[0] = h - h / 3; s[1] = 0; s[2] = h / 3; return 1;
+    default: s[0] = h; s[1] = s[2] = 0; return 1;
+    }
+}
+
 #endif /* RP_TEST_VERIFY_H */

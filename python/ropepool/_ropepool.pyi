@@ -1,5 +1,5 @@
 # Type stub for the extension module (see src/call.c and src/module.c for the documentation).
-from typing import Any, Dict, Literal, Optional, Tuple, TypeVar
+from typing import Any, Dict, Literal, Optional, Sequence, Tuple, TypeVar
 
 _Array = TypeVar("_Array")  # numpy.ndarray or torch.Tensor: one framework per call
 _Pool = TypeVar("_Pool")
@@ -33,6 +33,8 @@ def rope_pool_fused(
     kv_cache_dtype: Literal["auto", "fp8_e4m3", "fp8", "fp8_e5m2"] = "auto",
     k_scale: Any = 1.0,
     v_scale: Any = 1.0,
+    mrope_section: Optional[Sequence[int]] = None,
+    mrope_interleaved: bool = False,
     q_out: Optional[_Array] = None,
     k_out: Optional[_Array] = None,
 ) -> Tuple[_Array, _Array, _Pool, _Pool]: ...

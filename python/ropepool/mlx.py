@@ -105,6 +105,26 @@ def _frequencies(inv_freq, rotary_dim, head_dim):
     return table.astype(np.float64).tolist()
 
 
+def _mrope(section, interleaved):
+    """rp_rope_pool_args.mrope_section and .mrope_interleaved (the library checks the values). The
+    library reads an all-zero section as "no mRoPE", which None is here: [0, 0, 0] is refused."""
+    if not isinstance(interleaved, (bool, np.bool_)):
+        raise RopePoolError(f"mrope_interleaved must be True (Qwen3-VL's interleaved rule) or False, got {interleaved!r}")
+    if section is None:
+        return [0, 0, 0], int(interleaved)
+    try:
+        entries = [operator.index(x) for x in section]
+    except TypeError:
+        entries = None
+    if entries is None or len(entries) != 3:
+        raise RopePoolError(f"mrope_section must be three ints [t, h, w] summing to rotary_dim / 2, got {section!r}")
+    if entries == [0, 0, 0]:
+        raise RopePoolError("mrope_section [0, 0, 0] sums to 0, but must sum to rotary_dim / 2 (None = no mRoPE)")
+    if any(not -2**31 <= x < 2**31 for x in entries):
+        raise RopePoolError(f"mrope_section entries must be int32, got {entries}")
+    return entries, int(interleaved)
+
+
 def _pool_format(kv_cache_dtype, k_pool):
     """rp_rope_pool_args.pool_dtype: MLX has no float8 dtype, so fp8 pools are uint8 arrays."""
     if not isinstance(kv_cache_dtype, str) or kv_cache_dtype not in _KV_CACHE_DTYPES:
@@ -142,6 +162,8 @@ def rope_pool_fused(
     kv_cache_dtype="auto",
     k_scale=1.0,
     v_scale=1.0,
+    mrope_section=None,
+    mrope_interleaved=False,
     q_out=None,
     k_out=None,
     threads=None,
@@ -152,7 +174,7 @@ def rope_pool_fused(
     Args:
         q: [num_tokens, num_qo_heads, head_dim] mx.array, float32 | float16 | bfloat16.
         k, v: [num_tokens, num_kv_heads, head_dim], q's dtype.
-        positions: [num_tokens] int32 | int64.
+        positions: [num_tokens] int32 | int64 ([3, num_tokens], rows t, h, w, with mrope_section).
         slots: [num_tokens] int32 | int64, the pool row of each token; < 0 skips its write.
         k_pool, v_pool: [pool_size, num_kv_heads, head_dim], q's dtype; their buffers receive
             the rows (shared, never copied).
@@ -164,6 +186,8 @@ def rope_pool_fused(
         v_head_dim: width of v and v_pool heads (None = head_dim).
         kv_layout: "flat" only: ropepool.mlx serves the seed's [P, Hk, D] pools.
         kv_cache_dtype, k_scale, v_scale: fp8 pools stored as uint8 ("fp8_e4m3", "fp8_e5m2").
+        mrope_section, mrope_interleaved: multimodal RoPE (Qwen2-VL / Qwen2.5-VL chunks, Qwen3-VL
+            interleaved), as ropepool.rope_pool_fused.
         q_out, k_out: not available on MLX (arrays are immutable): use the returned q_rot, k_rot.
         threads: at most this many CPU threads for this call (default: ROPEPOOL_NUM_THREADS or
             one per CPU).
@@ -187,6 +211,7 @@ def rope_pool_fused(
         _ext.set_threads(num_threads())
         _context_ready = True
     rotary_dim = _integer("rotary_dim", rotary_dim, zero_refused=">= 2")
+    section, interleaved = _mrope(mrope_section, mrope_interleaved)
     attention_scaling = _number("attention_scaling", attention_scaling)
     if attention_scaling == 0.0:  # the library's "not set" (1.0): refused, not read as the default
         raise RopePoolError("attention_scaling must be positive and finite (default 1.0), got 0.0")
@@ -201,6 +226,8 @@ def rope_pool_fused(
         _pool_format(kv_cache_dtype, k_pool),
         _number("k_scale", k_scale),
         _number("v_scale", v_scale),
+        section,
+        interleaved,
         _integer("threads", threads),
         stream,
     )

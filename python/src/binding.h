@@ -83,6 +83,9 @@ int rpy_float(PyObject *obj, const char *name, double *out);
 int rpy_is_neox(PyObject *obj, int32_t *style);
 /* kv_layout: "flat", "NHD" or "HND" -> rp_kv_layout. */
 int rpy_kv_layout(PyObject *obj, int32_t *layout);
+/* mrope_section (NULL, or a sequence of three ints) and mrope_interleaved (NULL, or a bool) into
+ * the args' fields; the library checks their values. */
+int rpy_mrope(PyObject *section, PyObject *interleaved, int32_t out[3], uint32_t *interleaved_out);
 /* kv_cache_dtype: "auto" (0), "fp8_e4m3" or "fp8" (RP_F8_E4M3), "fp8_e5m2" (RP_F8_E5M2). */
 int rpy_kv_cache_dtype(PyObject *obj, int32_t *format);
 /* The pools' storage format from kv_cache_dtype and the pools' dtype: pool_dtype for uint8 pools,

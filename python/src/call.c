@@ -23,7 +23,7 @@ enum {
     P_HEAD_DIM, P_NUM_QO_HEADS, P_NUM_KV_HEADS, P_ROPE_BASE,          /* required keyword-only   */
     P_THREADS, P_CHECKED, P_IS_NEOX, P_ROTARY_DIM, P_INV_FREQ,        /* optional keyword-only   */
     P_ATTENTION_SCALING, P_KV_LAYOUT, P_V_HEAD_DIM, P_KV_CACHE_DTYPE, P_K_SCALE, P_V_SCALE,
-    P_Q_OUT, P_K_OUT,
+    P_MROPE_SECTION, P_MROPE_INTERLEAVED, P_Q_OUT, P_K_OUT,
     NUM_PARAMS,
     NUM_ARRAYS = P_HEAD_DIM,
     NUM_REQUIRED = P_THREADS,
@@ -36,10 +36,11 @@ static const char *const param_names[NUM_PARAMS] = {
     "head_dim", "num_qo_heads", "num_kv_heads", "rope_base",
     "threads", "checked", "is_neox", "rotary_dim", "inv_freq",
     "attention_scaling", "kv_layout", "v_head_dim", "kv_cache_dtype", "k_scale", "v_scale",
-    "q_out", "k_out",
+    "mrope_section", "mrope_interleaved", "q_out", "k_out",
 };
 /* Keywords whose default is None: None means "not given". */
-static const int none_defaults[] = {P_THREADS, P_ROTARY_DIM, P_INV_FREQ, P_V_HEAD_DIM, P_Q_OUT, P_K_OUT};
+static const int none_defaults[] = {P_THREADS, P_ROTARY_DIM, P_INV_FREQ, P_V_HEAD_DIM, P_MROPE_SECTION, P_Q_OUT,
+                                    P_K_OUT};
 static PyObject *param_strings[NUM_PARAMS]; /* interned */
 
 int rpy_call_init(void)
@@ -54,7 +55,8 @@ const char rpy_rope_pool_fused_doc[] =
     "rope_pool_fused($module, q, k, v, positions, slots, k_pool, v_pool, *, head_dim, "
     "num_qo_heads, num_kv_heads, rope_base, threads=None, checked=False, is_neox=True, "
     "rotary_dim=None, inv_freq=None, attention_scaling=1.0, kv_layout='flat', v_head_dim=None, "
-    "kv_cache_dtype='auto', k_scale=1.0, v_scale=1.0, q_out=None, k_out=None)\n"
+    "kv_cache_dtype='auto', k_scale=1.0, v_scale=1.0, mrope_section=None, mrope_interleaved=False, "
+    "q_out=None, k_out=None)\n"
     "--\n"
     "\n"
     "Apply RoPE to q and k, and write the rotated keys and the values into the KV pool.\n"
@@ -65,7 +67,8 @@ const char rpy_rope_pool_fused_doc[] =
     "    q: [num_tokens, num_qo_heads, head_dim], float32 | float16 | bfloat16.\n"
     "    k: [num_tokens, num_kv_heads, head_dim], q's dtype.\n"
     "    v: [num_tokens, num_kv_heads, v_head_dim], q's dtype.\n"
-    "    positions: [num_tokens] int32 | int64, the token's position in its sequence.\n"
+    "    positions: [num_tokens] int32 | int64, the token's position in its sequence\n"
+    "        ([3, num_tokens], rows t, h, w, with mrope_section).\n"
     "    slots: [num_tokens] int32 | int64, the pool row of each token; < 0 skips its write.\n"
     "    k_pool, v_pool: [pool_size, num_kv_heads, head_dim (v: v_head_dim)], q's dtype or fp8,\n"
     "        updated in place (paged layouts: see kv_layout).\n"
@@ -88,6 +91,11 @@ const char rpy_rope_pool_fused_doc[] =
     "    k_scale, v_scale: fp8 pools: the stored value is fp8(x / scale). A number, or a\n"
     "        one-element float32 array: a CUDA tensor is read by the kernel when it runs\n"
     "        (CUDA graphs see updates), a host array when the call is made.\n"
+    "    mrope_section: multimodal RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): [t, h, w], three\n"
+    "        non-negative ints summing to rotary_dim/2; frequency j takes position row t, h or w\n"
+    "        in consecutive chunks (j < t: t; j < t + h: h; else w).\n"
+    "    mrope_interleaved: Qwen3-VL's rule instead: h where j % 3 == 1 and j < 3h, w where\n"
+    "        j % 3 == 2 and j < 3w, t elsewhere. Needs mrope_section.\n"
     "    q_out, k_out: arrays of q's / k's shape, dtype and device (any strides) that receive\n"
     "        q_rot / k_rot and are returned; q_out=q, k_out=k rotate in place.\n"
     "\n"
@@ -190,7 +198,8 @@ static int scalar_arguments(PyObject *const values[NUM_PARAMS], rp_rope_pool_arg
         optional_integer(values[P_V_HEAD_DIM], "v_head_dim", small, big, &v_head_dim) < 0 ||
         optional_float(values[P_ATTENTION_SCALING], "attention_scaling", &a->attention_scaling) < 0 ||
         rpy_is_neox(values[P_IS_NEOX], &a->style) < 0 || rpy_kv_layout(values[P_KV_LAYOUT], &a->kv_layout) < 0 ||
-        rpy_kv_cache_dtype(values[P_KV_CACHE_DTYPE], kv_cache_dtype) < 0)
+        rpy_kv_cache_dtype(values[P_KV_CACHE_DTYPE], kv_cache_dtype) < 0 ||
+        rpy_mrope(values[P_MROPE_SECTION], values[P_MROPE_INTERLEAVED], a->mrope_section, &a->mrope_interleaved) < 0)
         return -1;
     a->head_dim = head_dim;
     a->num_qo_heads = num_qo_heads;
@@ -207,6 +216,11 @@ static int scalar_arguments(PyObject *const values[NUM_PARAMS], rp_rope_pool_arg
     if (values[P_ATTENTION_SCALING] != NULL && a->attention_scaling == 0.0)
         return rpy_refuse("attention_scaling must be positive and finite (default 1.0), got %R",
                           values[P_ATTENTION_SCALING]);
+    /* The library reads a zero section as "no mRoPE"; from Python, None is that. */
+    const int32_t *sec = a->mrope_section;
+    if (values[P_MROPE_SECTION] != NULL && sec[0] == 0 && sec[1] == 0 && sec[2] == 0)
+        return rpy_refuse("mrope_section [0, 0, 0] sums to 0, but must sum to rotary_dim / 2 = %lld (None = no mRoPE)",
+                          (long long)((rotary_dim ? rotary_dim : head_dim) / 2));
     if (values[P_CHECKED] != NULL) {
         const int checked = PyObject_IsTrue(values[P_CHECKED]);
         if (checked < 0)

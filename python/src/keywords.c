@@ -60,18 +60,50 @@ int rpy_float(PyObject *obj, const char *name, double *out)
     return -1;
 }
 
+/* A bool or numpy.bool_ (not a truthy string or list, which would be a mistake): 0 or 1 in
+ * *truth, -1 with a RopePoolError telling what the argument means. */
+static int strict_bool(PyObject *obj, const char *name, const char *meaning, int *truth)
+{
+    const char *type = Py_TYPE(obj)->tp_name;
+    if (!PyBool_Check(obj) && strcmp(type, "numpy.bool") != 0 && strcmp(type, "numpy.bool_") != 0)
+        return rpy_refuse("%s must be %s, got %R", name, meaning, obj);
+    return (*truth = PyObject_IsTrue(obj)) < 0 ? -1 : 0;
+}
+
+int rpy_mrope(PyObject *section, PyObject *interleaved, int32_t out[3], uint32_t *interleaved_out)
+{
+    int truth = 0;
+    out[0] = out[1] = out[2] = 0;
+    *interleaved_out = 0;
+    if (interleaved != NULL &&
+        strict_bool(interleaved, "mrope_interleaved", "True (Qwen3-VL's interleaved rule) or False", &truth) < 0)
+        return -1;
+    *interleaved_out = (uint32_t)truth;
+    if (section == NULL)
+        return 0;
+    PyObject *seq = PyUnicode_Check(section) ? NULL : PySequence_Fast(section, "");
+    if (seq == NULL || PySequence_Fast_GET_SIZE(seq) != 3) {
+        PyErr_Clear();
+        Py_XDECREF(seq);
+        return rpy_refuse("mrope_section must be three ints [t, h, w] summing to rotary_dim / 2, got %R", section);
+    }
+    int result = 0;
+    for (int i = 0; i < 3 && result == 0; i++) {
+        long long value;
+        result = rpy_integer(PySequence_Fast_GET_ITEM(seq, i), "mrope_section entry", INT32_MIN, INT32_MAX, &value);
+        out[i] = (int32_t)value;
+    }
+    Py_DECREF(seq);
+    return result;
+}
+
 int rpy_is_neox(PyObject *obj, int32_t *style)
 {
     *style = RP_ROPE_NEOX;
     if (obj == NULL)
         return 0;
-    /* bool and numpy.bool_ (whose type name is "bool" / "numpy.bool"): a truthy string or list
-     * would be a mistake, not a choice. */
-    const char *type = Py_TYPE(obj)->tp_name;
-    if (!PyBool_Check(obj) && strcmp(type, "numpy.bool") != 0 && strcmp(type, "numpy.bool_") != 0)
-        return rpy_refuse("is_neox must be True (NeoX rotate-half) or False (GPT-J interleaved), got %R", obj);
-    const int truth = PyObject_IsTrue(obj);
-    if (truth < 0)
+    int truth = 1;
+    if (strict_bool(obj, "is_neox", "True (NeoX rotate-half) or False (GPT-J interleaved)", &truth) < 0)
         return -1;
     *style = truth ? RP_ROPE_NEOX : RP_ROPE_GPTJ;
     return 0;

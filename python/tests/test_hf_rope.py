@@ -278,22 +278,6 @@ ROTATIONS = np.load(FIXTURES / "hf_rope_rotations.npz")
 ROTATION_CONFIGS = {r["name"]: r["config"] for r in RECORD["rotations"]}
 
 
-def library_accepts(ropepool, kw):
-    """Whether this build's rope_pool_fused takes these keywords and honours them on the CPU."""
-    D = kw["rotary_dim"]
-    x = np.zeros((1, 1, D), np.float32)
-    pool = np.zeros((2, 1, D), np.float32)
-    positions = np.zeros((3, 1) if "mrope_section" in kw else (1,), np.int64)
-    try:
-        ropepool.rope_pool_fused(x, x, x, positions, np.zeros(1, np.int64), pool, pool.copy(), head_dim=D,
-                                 num_qo_heads=1, num_kv_heads=1, rope_base=10000.0, **kw)
-    except TypeError:
-        return False
-    except ropepool.RopePoolError as error:
-        return error.status != "RP_ERR_UNSUPPORTED"
-    return True
-
-
 def pair_partner(R, D, is_neox):
     """For each dim, the other member of its rotated pair (itself past R), and its pair index."""
     d = np.arange(D)
@@ -309,8 +293,6 @@ def pair_partner(R, D, is_neox):
 def test_rotation_with_kwargs_matches_transformers(ropepool, name):
     config = ROTATION_CONFIGS[name]
     kw = ropepool.hf_rope_kwargs(config, seq_len=int(ROTATIONS[f"{name}/positions"].max()) + 1)
-    if not library_accepts(ropepool, kw):
-        pytest.skip("this build's rope_pool_fused does not take " + ", ".join(sorted(kw)) + " yet")
     positions = ROTATIONS[f"{name}/positions"]
     q, k = ROTATIONS[f"{name}/q"], ROTATIONS[f"{name}/k"]
     T, Hq, D = q.shape

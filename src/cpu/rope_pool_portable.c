@@ -121,15 +121,22 @@ static void rope_pool_portable(const rp_problem *p, rp_parts parts, int64_t t_be
     char *q_rot = p->q_rot, *k_rot = p->k_rot, *k_pool = p->k_pool, *v_pool = p->v_pool;
     const float k_inv_scale = (float)(1.0 / p->k_scale);
     float cs[CHUNK], sn[CHUNK];
+    double angles[CHUNK]; /* mRoPE */
     for (int64_t t = t_begin; t < t_end; t++) {
         const int64_t pos = rp_load_index(p->positions, p->pos_dtype, p->pos_stride, t);
         const int64_t slot = rp_load_index(p->slots, p->slot_dtype, p->slot_stride, t);
         const int write_pool = slot >= 0 && parts != RP_PARTS_ROTATE;
         for (int64_t i0 = 0; parts != RP_PARTS_SCATTER && i0 < half; i0 += CHUNK) {
             const int64_t n = half - i0 < CHUNK ? half - i0 : CHUNK;
+            /* mRoPE: each frequency's own angle, times 1.0 (exact); else pos times the table */
+            const double *freq = p->inv_freq + i0, at = p->mrope ? 1.0 : (double)pos;
+            if (p->mrope) {
+                rp_mrope_angles(p, t, i0, n, angles);
+                freq = angles;
+            }
             for (int64_t i = 0; i < n; i++) {
                 double s, c;
-                rp_sincos((double)pos * p->inv_freq[i0 + i], &s, &c);
+                rp_sincos(at * freq[i], &s, &c);
                 cs[i] = (float)(p->attention_scaling * c);
                 sn[i] = (float)(p->attention_scaling * s);
             }

@@ -307,6 +307,7 @@ static RP_ALWAYS_INLINE void simd_rope_pool_pass(const rp_problem *p, rp_parts p
     float sn[SIMD_CHUNK + SIMD_PAD] __attribute__((aligned(64)));
     float cd[2 * SIMD_CHUNK] __attribute__((aligned(64)));
     float sd[2 * SIMD_CHUNK] __attribute__((aligned(64)));
+    double angles[SIMD_CHUNK]; /* mRoPE */
     const float *tc = gptj ? cd : cs, *ts = gptj ? sd : sn;
     if (pools)
         simd_touch_pool_rows(p, t_begin, pool_elem);
@@ -324,8 +325,15 @@ static RP_ALWAYS_INLINE void simd_rope_pool_pass(const rp_problem *p, rp_parts p
                             p->k_pool_stride, t, slot, p->head_dim, k_inv_scale);
         for (int64_t i0 = 0; parts != RP_PARTS_SCATTER && i0 < half; i0 += SIMD_CHUNK) {
             const int64_t n = half - i0 < SIMD_CHUNK ? half - i0 : SIMD_CHUNK;
-            if (simd_sincos(p->inv_freq + i0, n, pos, p->attention_scaling, cs, sn))
-                simd_fix_slow_angles(p->inv_freq + i0, n, pos, p->attention_scaling, cs, sn);
+            /* mRoPE: each frequency has its own position; its angles (the same float64 products)
+             * go through simd_sincos as a table at position 1.0, which multiplies exactly. */
+            const double *freq = p->inv_freq + i0, at = p->mrope ? 1.0 : pos;
+            if (p->mrope) {
+                rp_mrope_angles(p, t, i0, n, angles);
+                freq = angles;
+            }
+            if (simd_sincos(freq, n, at, p->attention_scaling, cs, sn))
+                simd_fix_slow_angles(freq, n, at, p->attention_scaling, cs, sn);
             if (gptj)
                 simd_interleave_table(cs, sn, n, cd, sd);
             for (int64_t h = 0; kv && h < p->num_kv_heads; h++)

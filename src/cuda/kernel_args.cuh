@@ -20,7 +20,7 @@ template <int FREQ_CAP> struct rp_kernel_args {
     const void *q;                /* [T, Hq, D]                                        */
     const void *k;                /* [T, Hk, D]                                        */
     const void *v;                /* [T, Hk, D]                                        */
-    const void *positions;        /* [T] int32 | int64                                 */
+    const void *positions;        /* [T] int32 | int64; mRoPE: [3, T] (rows t, h, w)   */
     const void *slots;            /* [T] int32 | int64                                 */
     void *q_rot;                  /* [T, Hq, D]; may be q                              */
     void *k_rot;                  /* [T, Hk, D]; may be k                              */
@@ -51,6 +51,11 @@ template <int FREQ_CAP> struct rp_kernel_args {
     int rot_half;                 /* R / 2: the rotated pairs                          */
     int rot_groups;               /* vectorized: groups (see items.cuh) that rotate    */
     double scale;                 /* attention_scaling                                 */
+    int mrope_section[3];         /* mRoPE's [t, h, w]; without mRoPE {R/2, 0, 0}, so
+                                     that every frequency takes row 0 (rp_mrope_row)   */
+    int mrope_interleaved;        /* mRoPE's section rule: 0 chunked, 1 interleaved    */
+    long long pos_row_bytes;      /* mRoPE: bytes from one position row to the next;
+                                     0 without mRoPE                                   */
     int pos64, slot64;            /* index dtypes: 1 = int64                           */
     int parts;                    /* rp_parts                                          */
     int heads;                    /* vectorized: heads touched (see place_head)        */
@@ -58,6 +63,15 @@ template <int FREQ_CAP> struct rp_kernel_args {
     double inv_freq[FREQ_CAP];    /* [rot_half] the pairs' frequencies, float64        */
 };
 
+
+/* The positions row that frequency (pair) j reads: positions itself without mRoPE. A table
+ * builder computes it once, for its own frequency, before the token loop: a few integer
+ * instructions per thread, and the position load then stays the first load of the chain. */
+template <typename Args>
+__device__ __forceinline__ const void *rp_position_row(const Args &a, long long j)
+{
+    return (const char *)a.positions + rp_mrope_row(a.mrope_section, a.mrope_interleaved, j) * a.pos_row_bytes;
+}
 
 /* Block and row in block of pool slot `slot` (>= 0): rp_pool_offset's split, on the device. A
  * power of two (flat pools: 2^0) takes a shift and a mask. */

@@ -57,6 +57,10 @@ static void fill_args(rp_kernel_args<FREQ_CAP> *a, const rp_cuda_state *st, cons
     a->rot_half = (int)(p->rotary_dim / 2);
     a->rot_groups = a->rot_half / (int)(16 / rp_dtype_size(p->dtype));
     a->scale = p->attention_scaling;
+    for (int r = 0; r < 3; r++)
+        a->mrope_section[r] = p->mrope_section[r];
+    a->mrope_interleaved = p->mrope_interleaved;
+    a->pos_row_bytes = p->pos_row_stride * (long long)rp_dtype_size(p->pos_dtype);
     a->pos64 = p->pos_dtype == RP_I64;
     a->slot64 = p->slot_dtype == RP_I64;
     a->parts = (int)parts;

@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(256) rope_pool_strided(const __grid_constant__
             const int e1 = !rotated || gptj ? e0 + 1 : i + a.rot_half;
             float s = 0.0f, c = 1.0f;
             if (rotated) {
-                const long long pos = rp_load_index_dev(a.positions, a.pos64, a.pos_stride, t);
+                const long long pos = rp_load_index_dev(rp_position_row(a, i), a.pos64, a.pos_stride, t);
                 rp_angle_sincos((double)pos * a.inv_freq[i], a.scale, &s, &c);
             }
             rotate_heads<DT>(a.q, a.stride[T_Q], a.q_rot, a.stride[T_Q_ROT], NULL, NULL, 0, 0, 1.0f,

@@ -1,6 +1,6 @@
 /*
  * rope_pool_ref.c — the scalar reference kernel: every dtype, every stride, both pair styles, any
- * rotary_dim, table and attention scaling; float64 throughout, one rounding at the end. It is the
+ * rotary_dim, table, attention scaling and mRoPE section rule; float64 throughout, one rounding at the end. It is the
  * header's formula written out: the definition the fast kernels are tested against, and the
  * fallback when head_dim is not contiguous. Clarity over speed.
  */
@@ -98,11 +98,12 @@ void rp_ref_rope_pool(const rp_problem *p, rp_parts parts, int64_t t_begin, int6
     const int64_t R = p->rotary_dim, half = R / 2;
     const int gptj = p->style == RP_ROPE_GPTJ;
     for (int64_t t = t_begin; t < t_end; t++) {
-        const int64_t pos = rp_load_index(p->positions, p->pos_dtype, p->pos_stride, t);
         const int64_t slot = rp_load_index(p->slots, p->slot_dtype, p->slot_stride, t);
         const int write_pool = slot >= 0 && parts != RP_PARTS_ROTATE;
         if (parts != RP_PARTS_SCATTER) {
             for (int64_t j = 0; j < half; j++) {
+                /* mRoPE: the row of frequency j (row 0, the only one, without it) */
+                const int64_t pos = rp_load_position(p, t, rp_mrope_row(p->mrope_section, p->mrope_interleaved, j));
                 const double angle = (double)pos * p->inv_freq[j];
                 const double c = p->attention_scaling * cos(angle), n = p->attention_scaling * sin(angle);
                 const int64_t a = gptj ? 2 * j : j, b = gptj ? 2 * j + 1 : j + half;

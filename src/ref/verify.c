@@ -202,9 +202,9 @@ void rp_ref_verify_parts(const rp_problem *p, rp_parts parts, rp_verify_result *
     const int gptj = p->style == RP_ROPE_GPTJ, fp8 = rp_pool_is_fp8(p);
     const int from_k_rot = fp8 && parts == RP_PARTS_SCATTER; /* the unfused scatter's fp8 pool */
     for (int64_t t = 0; t < p->num_tokens; t++) {
-        const int64_t pos = rp_load_index(p->positions, p->pos_dtype, p->pos_stride, t);
         const int64_t slot = rp_load_index(p->slots, p->slot_dtype, p->slot_stride, t);
         for (int64_t j = 0; j < half; j++) {
+            const int64_t pos = rp_load_position(p, t, rp_mrope_row(p->mrope_section, p->mrope_interleaved, j));
             const double angle = (double)pos * p->inv_freq[j];
             const double c = p->attention_scaling * cos(angle), n = p->attention_scaling * sin(angle);
             const int64_t a = gptj ? 2 * j : j, b = gptj ? 2 * j + 1 : j + half;

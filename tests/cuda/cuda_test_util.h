@@ -143,7 +143,8 @@ static inline void mirror_fixture(mirror *m, fixture *f)
     mirror_add(m, f->k_rot, (size_t)nk * e);
     mirror_add(m, f->k_pool, (size_t)np * e);
     mirror_add(m, f->v_pool, (size_t)np * e);
-    mirror_add(m, f->positions, (size_t)f->T * ie);
+    /* [T], or mRoPE's [3, T] rows (fixture_use_mrope_rows) */
+    mirror_add(m, f->positions, (size_t)(f->args.positions.ndim == 2 ? 3 * f->T : f->T) * ie);
     mirror_add(m, f->slots, (size_t)f->T * ie);
 }
 
@@ -170,6 +171,42 @@ static inline void run_and_verify_fixture(rp_context *ctx, fixture *f, const cha
     run_on_device(ctx, &m, &f->args, what);
     verify_outputs(&f->args, &f->args, what);
     mirror_free(&m);
+}
+
+/* One call captured in a CUDA graph on a stream of its own, for tests that replay it after
+ * changing what it reads in device memory. */
+typedef struct captured_call {
+    cudaStream_t stream;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+} captured_call;
+
+/* Captures rp_rope_pool_fused(ctx, d) (device arguments; d->stream is set to the new stream). */
+static inline captured_call capture_call(rp_context *ctx, rp_rope_pool_args *d)
+{
+    captured_call c;
+    CUDA_OK(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
+    d->stream = c.stream;
+    char msg[512];
+    CUDA_OK(cudaStreamBeginCapture(c.stream, cudaStreamCaptureModeGlobal));
+    CHECK(rp_rope_pool_fused(ctx, d, msg, sizeof msg) == RP_OK, "captured call: %s", msg);
+    CUDA_OK(cudaStreamEndCapture(c.stream, &c.graph));
+    CUDA_OK(cudaGraphInstantiate(&c.exec, c.graph, 0));
+    return c;
+}
+
+/* Replays the graph and waits for it. */
+static inline void captured_call_replay(const captured_call *c)
+{
+    CUDA_OK(cudaGraphLaunch(c->exec, c->stream));
+    CUDA_OK(cudaStreamSynchronize(c->stream));
+}
+
+static inline void captured_call_free(captured_call *c)
+{
+    CUDA_OK(cudaGraphExecDestroy(c->exec));
+    CUDA_OK(cudaGraphDestroy(c->graph));
+    CUDA_OK(cudaStreamDestroy(c->stream));
 }
 
 #endif /* RP_CUDA_TEST_UTIL_H */

@@ -208,19 +208,10 @@ static void test_graph_replay_reads_changed_device_scales(void)
     mirror_fixture(&m, &f);
     float *scales;
     CUDA_OK(cudaMalloc((void **)&scales, 2 * sizeof(float)));
-    cudaStream_t stream;
-    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     rp_rope_pool_args d = mirror_args(&m, a, 0);
     d.k_scale_ptr = scales;
     d.v_scale_ptr = scales + 1;
-    d.stream = stream;
-    char msg[512];
-    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    CHECK(rp_rope_pool_fused(ctx, &d, msg, sizeof msg) == RP_OK, "captured call: %s", msg);
-    cudaGraph_t graph;
-    CUDA_OK(cudaStreamEndCapture(stream, &graph));
-    cudaGraphExec_t exec;
-    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    captured_call call = capture_call(ctx, &d);
     static const float k_scales[3] = {1.0f, 0.0625f, 3.5f}, v_scales[3] = {0.5f, 1.0f, 0.01f};
     for (int replay = 0; replay < 3; replay++) {
         const float host[2] = {k_scales[replay], v_scales[replay]};
@@ -228,8 +219,7 @@ static void test_graph_replay_reads_changed_device_scales(void)
         fill_random(&rng, f.k, RP_BF16, T * Hk * D, -2, 2);
         fill_random(&rng, f.v, RP_BF16, T * Hk * D, -2, 2);
         mirror_upload(&m);
-        CUDA_OK(cudaGraphLaunch(exec, stream));
-        CUDA_OK(cudaStreamSynchronize(stream));
+        captured_call_replay(&call);
         mirror_download(&m);
         a->k_scale = k_scales[replay];
         a->v_scale = v_scales[replay];
@@ -237,9 +227,7 @@ static void test_graph_replay_reads_changed_device_scales(void)
         snprintf(what, sizeof what, "graph replay %d, scales %g / %g", replay, (double)host[0], (double)host[1]);
         verify_outputs(a, a, what);
     }
-    CUDA_OK(cudaGraphExecDestroy(exec));
-    CUDA_OK(cudaGraphDestroy(graph));
-    CUDA_OK(cudaStreamDestroy(stream));
+    captured_call_free(&call);
     CUDA_OK(cudaFree(scales));
     mirror_free(&m);
     fixture_free(&f);
