@@ -281,7 +281,21 @@ typedef struct rp_rope_pool_args {
                                  read when the kernel runs, so a captured graph sees updates;
                                  NULL = k_scale                                                   */
     const float *v_scale_ptr; /* likewise for v_scale                                             */
-    uint64_t reserved[16]; /* must be 0: room for mRoPE and QK-norm                               */
+    uint64_t reserved[11]; /* must be 0: room for mRoPE                                            */
+    /* Per-head QK RMSNorm in front of RoPE (Qwen3, Gemma 3, OLMo 2): with a weight w given, every
+     * head of q (q_norm_weight) or k (k_norm_weight) becomes
+     *     y[i] = x[i] / sqrt(mean over the D dims of x^2 + norm_eps) * (w[i] + norm_weight_offset)
+     * before the rotation, over all D dims (the pass-through dims R..D-1 hold y too); v never is.
+     * Either weight may be given alone. These fields sit at the far end of the reserved space,
+     * which keeps the struct's size and every earlier offset. */
+    const void *q_norm_weight; /* [D] contiguous, dtype q_norm_weight_dtype, in the tensors' memory
+                                  (device memory on CUDA); NULL = q is not normalised             */
+    const void *k_norm_weight; /* [D] likewise for k; NULL = k is not normalised                  */
+    int32_t q_norm_weight_dtype; /* q's dtype or RP_F32; 0 = q's dtype                            */
+    int32_t k_norm_weight_dtype; /* likewise                                                       */
+    double norm_eps;           /* > 0 and finite when a weight is given (the model's rms_norm_eps:
+                                  no default, a wrong eps is a silent error); else 0              */
+    double norm_weight_offset; /* finite: Gemma's (1 + w) is 1.0; 0 without a weight              */
 } rp_rope_pool_args;
 
 /*
@@ -298,6 +312,8 @@ typedef struct rp_rope_pool_args {
  * and the same for k -> k_rot. Then, for every t with slots[t] >= 0:
  *     k_pool[slots[t]] = k_rot[t]     and     v_pool[slots[t]] = v[t].
  * The seed's call (all extension fields 0) is NeoX over the whole head with rope_base's table.
+ * With QK-norm (q_norm_weight / k_norm_weight), x above is the normalised y of that head, and
+ * q_rot[t,h,i] = y[i] for i in [R, D).
  *
  * Numerics: the angle is the float64 product positions[t] * f_j, range-reduced in double
  * precision, once per (token, frequency), and shared by all Hq + Hk heads; c and n are formed in
@@ -308,6 +324,19 @@ typedef struct rp_rope_pool_args {
  * overflow to infinity though the float64 result is finite). The pass-through
  * dims R..D-1 of q_rot, k_rot and k_pool, and v into v_pool, are copied bit for bit. The same
  * inputs give bit-identical outputs for any thread count.
+ *
+ * QK-norm numerics: the sum of the D squares is accumulated in float64 (each square of a float32
+ * is exact there), 1 / sqrt(sum / D + eps) and the factor (w[i] + offset) are formed in float64,
+ * and y[i] is rounded to float32 once. Every rotated output is then within one ulp of its dtype
+ * plus 10 * 2^-24 * s * (|y[a]| + |y[b]|) of the float64 formula (y the float64 normalised value,
+ * no intermediate rounding), the pass-through dims within one ulp plus 2 * 2^-24 * |y[i]|, on
+ * every backend and for every dtype (float32 included). transformers' Qwen3RMSNorm and
+ * Gemma3RMSNorm differ: they round the normalised value x * rstd to the input dtype before
+ * multiplying by the weight (and multiply in that dtype), so for bfloat16 inputs their y carries
+ * up to two bfloat16 roundings (~2^-8 relative each) where ours carries none: the two agree to
+ * about 2 ulp(bf16) of y (1 ulp of the rotated output plus that), and exactly in float32 up to
+ * ~2^-23. Weights are read as given: a NaN weight gives NaN outputs.
+ * Calls on the CPU with QK-norm and head_dim > 512 run on the reference kernel.
  *
  * Pools (kv_layout). Slot s >= 0 is row s of a flat pool [P, Hk, D], and row s % block_size of
  * block s / block_size of a paged one: NHD [num_blocks, block_size, Hk, D] or HND [num_blocks,
@@ -345,7 +374,8 @@ typedef struct rp_rope_pool_args {
  * v_pool's; the last one stands for every pool dtype that is not fp8), then ours: dtypes,
  * head_dim and counts, rope_base, extension fields (style, rotary_dim, each inv_freq entry,
  * attention_scaling, k_scale / v_scale: > 0 and finite, other than 1 only with fp8 pools; a
- * pointer's value is checked on the CPU before anything is written), output shapes and dtypes,
+ * pointer's value is checked on the CPU before anything is written; the QK-norm weights' dtypes,
+ * alignment, norm_eps and norm_weight_offset), output shapes and dtypes,
  * devices, NULL data, alignment, strides, read-only outputs, overlaps, and last the slot values
  * (any slot >= P = num_blocks * block_size, and a slot named by two tokens).
  *
