@@ -41,7 +41,7 @@ static const char usage[] =
     "  --index i32|i64     dtype of positions and slots (default i64)\n"
     "  --kv-layout NAME    flat (two [P, Hk, D] pools), NHD (vLLM's [blocks, 2, block, Hk, D]\n"
     "                      FlashAttention cache) or HND (its packed (blocks, Hk, block, 2D) split)\n"
-    "                      (default flat; the CPU backend only)\n"
+    "                      (default flat)\n"
     "  --block-size N      rows per block of a paged layout (default 16)\n"
     "  --kv-dtype NAME     auto (pools of the inputs' dtype), fp8_e4m3 or fp8_e5m2 (uint8 pools)\n"
     "                      (default auto)\n"
@@ -452,11 +452,6 @@ int bench_options_for(const bench_options *o, int backend, bench_options *out)
     const char *name = cpu ? "cpu" : "cuda";
     if (!cpu && out->baseline_seed && out->unfused) {
         fprintf(stderr, "ropepool-bench: cuda: --baseline seed is implemented for the cpu backend only\n");
-        return -1;
-    }
-    if (!cpu && (out->kv_layout != RP_KV_FLAT || out->kv_dtype)) {
-        fprintf(stderr, "ropepool-bench: cuda: --kv-layout and --kv-dtype are CPU-only in this version "
-                        "(the CUDA backend refuses paged and fp8 pools); add --backend cpu\n");
         return -1;
     }
     if (out->kv_layout != RP_KV_FLAT) /* whole blocks: the last one is full */

@@ -14,8 +14,12 @@
  *   own q/k/v/outputs and distinct pool slots, that one pass over them moves at least twice the
  *   L2 size, so a call does not find its data in L2 left there by an earlier call. --sets 1
  *   measures the cache-resident case.
- * - Verification: q_rot and k_rot are copied back, the pool rows the slots name are gathered on
- *   the device and copied back, and rp_ref_verify checks them on the host.
+ * - Pools: flat, or paged (NHD / HND, one allocation holding K and V), in the inputs' dtype or fp8,
+ *   laid out as the CPU bench lays them out (bench_pool_tensor).
+ * - Verification: q_rot and k_rot are copied back, the pool head rows the slots name are gathered
+ *   on the device (their offsets computed on the host by bench_pool_row, so every layout is
+ *   gathered the same way) into a compact flat pool that is copied back, and rp_ref_verify checks
+ *   them on the host.
  * Every CUDA error ends the run with a message naming the call; nothing is skipped silently.
  */
 #include "bench.h"
@@ -54,19 +58,17 @@ __global__ void copy_16_bytes(const uint4 *__restrict__ src, // [n]
         dst[i] = src[i];
 }
 
-/* rows[t] = pool[slots[t]] for t < tokens, in 4-byte words (a row is Hk * D elements of >= 2
- * bytes with D even, so a whole number of words). */
-__global__ void gather_rows(const uint32_t *__restrict__ pool, // [P, row_words]
-                            const void *slots,                 // [tokens] int32 or int64
-                            int slots_are_i64,
-                            uint32_t *__restrict__ rows,       // [tokens, row_words]
-                            int64_t tokens, int64_t row_words)
+/* rows[r] = the head row at byte offset offsets[r] of pool, for r < n_rows, in 2-byte units (a
+ * head row is D elements of >= 1 byte with D even, so a whole number of units). */
+__global__ void gather_head_rows(const char *__restrict__ pool,
+                                 const int64_t *__restrict__ offsets, // [n_rows] bytes
+                                 uint16_t *__restrict__ rows,         // [n_rows, row_units]
+                                 int64_t n_rows, int64_t row_units)
 {
-    const int64_t n = tokens * row_words;
+    const int64_t n = n_rows * row_units;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t t = i / row_words, w = i % row_words;
-        const int64_t slot = slots_are_i64 ? ((const int64_t *)slots)[t] : ((const int32_t *)slots)[t];
-        rows[i] = pool[slot * row_words + w];
+        const int64_t r = i / row_units, u = i % row_units;
+        rows[i] = ((const uint16_t *)(pool + offsets[r]))[u];
     }
 }
 
@@ -75,7 +77,10 @@ struct cuda_bench {
     int64_t arena;            /* tokens the buffers hold */
     int blocks;               /* grid size of the helper kernels */
     bench_buffers dev;        /* device: inputs, outputs, pools */
-    void *dev_k_rows, *dev_v_rows; /* device [arena, Hk, D]: pool rows gathered for verification */
+    void *dev_k_rows, *dev_v_rows; /* device [arena, Hk, D] in the pool format: pool rows gathered
+                                      for verification */
+    int64_t *dev_offsets;          /* device [arena, Hk]: their byte offsets in the allocation */
+    int64_t *host_offsets;
     bench_inputs in;          /* host inputs */
     bench_buffers host;       /* host view for verification: inputs, outputs read back, gathered
                                  rows as a compact pool, identity slots */
@@ -172,14 +177,21 @@ int prepare_sets(cuda_bench *c, int64_t T, int64_t sets, char *msg, size_t msg_s
     return 0;
 }
 
+/* Bytes of the K allocation: one pool when flat (V has its own), both when paged. */
+size_t pool_alloc_bytes(const bench_layout *L)
+{
+    return (L->kv_layout == RP_KV_FLAT ? 1 : 2) * bench_pool_bytes(L);
+}
+
 int cuda_poison(void *self, int64_t tokens, char *msg, size_t msg_size)
 {
     cuda_bench *c = (cuda_bench *)self;
     const bench_layout *L = &c->L;
     CUDA_TRY(cudaMemsetAsync(c->dev.q_rot, 0xff, bench_rows_bytes(L, tokens, L->hq), c->stream));
     CUDA_TRY(cudaMemsetAsync(c->dev.k_rot, 0xff, bench_rows_bytes(L, tokens, L->hk), c->stream));
-    CUDA_TRY(cudaMemsetAsync(c->dev.k_pool, 0xff, bench_rows_bytes(L, L->pool_size, L->hk), c->stream));
-    CUDA_TRY(cudaMemsetAsync(c->dev.v_pool, 0xff, bench_rows_bytes(L, L->pool_size, L->hk), c->stream));
+    CUDA_TRY(cudaMemsetAsync(c->dev.k_pool, 0xff, pool_alloc_bytes(L), c->stream));
+    if (c->dev.v_pool)
+        CUDA_TRY(cudaMemsetAsync(c->dev.v_pool, 0xff, bench_pool_bytes(L), c->stream));
     return 0;
 }
 
@@ -196,21 +208,35 @@ int cuda_verify(void *self, int64_t tokens, int fused, bench_check *chk, char *m
     cuda_bench *c = (cuda_bench *)self;
     const bench_layout *L = &c->L;
     const size_t q_bytes = bench_rows_bytes(L, tokens, L->hq), kv_bytes = bench_rows_bytes(L, tokens, L->hk);
-    const int64_t row_words = (int64_t)(bench_rows_bytes(L, 1, L->hk) / 4);
-    void *rows[2][2] = {{c->dev.k_pool, c->dev_k_rows}, {c->dev.v_pool, c->dev_v_rows}};
-    for (int i = 0; i < 2; i++)
-        gather_rows<<<c->blocks, kThreads, 0, c->stream>>>((const uint32_t *)rows[i][0], c->dev.slots,
-                                                           L->index_dtype == RP_I64,
-                                                           (uint32_t *)rows[i][1], tokens, row_words);
-    CUDA_TRY(cudaGetLastError());
+    bench_layout compact = *L; /* the gathered rows: a flat pool of `tokens` rows, slot t = t */
+    compact.pool_size = tokens;
+    compact.kv_layout = RP_KV_FLAT;
+    compact.block_size = 1;
+    const size_t head_bytes = bench_pool_bytes(&compact) / (size_t)(tokens * L->hk);
+    void *rows[2] = {c->dev_k_rows, c->dev_v_rows}, *host_rows[2] = {c->host.k_pool, c->host.v_pool};
+    for (int which = 0; which < 2; which++) {
+        const rp_tensor pool = bench_pool_tensor(L, &c->dev, which);
+        const char *base = (const char *)c->dev.k_pool; /* paged: V lies in K's allocation */
+        if (which && L->kv_layout == RP_KV_FLAT)
+            base = (const char *)c->dev.v_pool;
+        for (int64_t t = 0; t < tokens; t++) {
+            const int64_t slot = L->index_dtype == RP_I64 ? ((const int64_t *)c->in.slots)[t]
+                                                           : ((const int32_t *)c->in.slots)[t];
+            for (int64_t h = 0; h < L->hk; h++)
+                c->host_offsets[t * L->hk + h] = bench_pool_row(L, &pool, slot, h) - base;
+        }
+        const size_t offsets_bytes = (size_t)(tokens * L->hk) * sizeof(int64_t);
+        CUDA_TRY(cudaMemcpyAsync(c->dev_offsets, c->host_offsets, offsets_bytes, cudaMemcpyHostToDevice, c->stream));
+        gather_head_rows<<<c->blocks, kThreads, 0, c->stream>>>(base, c->dev_offsets, (uint16_t *)rows[which],
+                                                                tokens * L->hk, (int64_t)(head_bytes / 2));
+        CUDA_TRY(cudaGetLastError());
+        CUDA_TRY(cudaMemcpyAsync(host_rows[which], rows[which], bench_pool_bytes(&compact), cudaMemcpyDeviceToHost,
+                                 c->stream));
+        CUDA_TRY(cudaStreamSynchronize(c->stream)); /* host_offsets is reused for V */
+    }
     CUDA_TRY(cudaMemcpyAsync(c->host.q_rot, c->dev.q_rot, q_bytes, cudaMemcpyDeviceToHost, c->stream));
     CUDA_TRY(cudaMemcpyAsync(c->host.k_rot, c->dev.k_rot, kv_bytes, cudaMemcpyDeviceToHost, c->stream));
-    CUDA_TRY(cudaMemcpyAsync(c->host.k_pool, c->dev_k_rows, kv_bytes, cudaMemcpyDeviceToHost, c->stream));
-    CUDA_TRY(cudaMemcpyAsync(c->host.v_pool, c->dev_v_rows, kv_bytes, cudaMemcpyDeviceToHost, c->stream));
     CUDA_TRY(cudaStreamSynchronize(c->stream));
-    /* The gathered rows are a pool of `tokens` rows that slot t = t names. */
-    bench_layout compact = *L;
-    compact.pool_size = tokens;
     return bench_verify(&compact, &c->host, tokens, fused, chk, msg, msg_size);
 }
 
@@ -305,10 +331,10 @@ done:
 void release(cuda_bench *c)
 {
     void *dev[] = {c->dev.q, c->dev.k, c->dev.v, c->dev.positions, c->dev.slots, c->dev.q_rot,
-                   c->dev.k_rot, c->dev.k_pool, c->dev.v_pool, c->dev_k_rows, c->dev_v_rows};
+                   c->dev.k_rot, c->dev.k_pool, c->dev.v_pool, c->dev_k_rows, c->dev_v_rows, c->dev_offsets};
     for (void *p : dev)
         cudaFree(p);
-    void *host[] = {c->host.q_rot, c->host.k_rot, c->host.k_pool, c->host.v_pool, c->host.slots};
+    void *host[] = {c->host.q_rot, c->host.k_rot, c->host.k_pool, c->host.v_pool, c->host.slots, c->host_offsets};
     for (void *p : host)
         free(p);
     bench_inputs_free(&c->in);
@@ -327,15 +353,22 @@ int allocate(cuda_bench *c, char *msg, size_t msg_size)
 {
     const bench_layout *L = &c->L;
     const size_t q_bytes = bench_rows_bytes(L, c->arena, L->hq), kv_bytes = bench_rows_bytes(L, c->arena, L->hk);
-    const size_t pool_bytes = bench_rows_bytes(L, L->pool_size, L->hk), index_bytes = bench_index_bytes(L, c->arena);
+    bench_layout rows_layout = *L; /* the gathered rows of the arena: a flat pool of its tokens */
+    rows_layout.pool_size = c->arena;
+    rows_layout.kv_layout = RP_KV_FLAT;
+    const size_t rows_bytes = bench_pool_bytes(&rows_layout), index_bytes = bench_index_bytes(L, c->arena);
+    const size_t offsets_bytes = (size_t)(c->arena * L->hk) * sizeof(int64_t);
+    const int flat = L->kv_layout == RP_KV_FLAT;
     struct { void **ptr; size_t bytes; const void *from; } dev[] = {
         {&c->dev.q, q_bytes, c->in.q},           {&c->dev.k, kv_bytes, c->in.k},
         {&c->dev.v, kv_bytes, c->in.v},          {&c->dev.positions, index_bytes, c->in.positions},
         {&c->dev.slots, index_bytes, c->in.slots}, {&c->dev.q_rot, q_bytes, nullptr},
-        {&c->dev.k_rot, kv_bytes, nullptr},      {&c->dev.k_pool, pool_bytes, nullptr},
-        {&c->dev.v_pool, pool_bytes, nullptr},   {&c->dev_k_rows, kv_bytes, nullptr},
-        {&c->dev_v_rows, kv_bytes, nullptr}};
+        {&c->dev.k_rot, kv_bytes, nullptr},      {&c->dev.k_pool, pool_alloc_bytes(L), nullptr},
+        {&c->dev.v_pool, flat ? bench_pool_bytes(L) : 0, nullptr}, {&c->dev_k_rows, rows_bytes, nullptr},
+        {&c->dev_v_rows, rows_bytes, nullptr},   {(void **)&c->dev_offsets, offsets_bytes, nullptr}};
     for (auto &d : dev) {
+        if (!d.bytes)
+            continue; /* paged: no separate V allocation */
         const cudaError_t e = cudaMalloc(d.ptr, d.bytes);
         if (e != cudaSuccess) {
             snprintf(msg, msg_size, "cudaMalloc of %.2f GiB failed: %s (pool %lld slots, %lld tokens)",
@@ -349,8 +382,10 @@ int allocate(cuda_bench *c, char *msg, size_t msg_size)
             CUDA_TRY(cudaMemset(*d.ptr, 0, d.bytes));
     }
     c->host = bench_buffers{c->in.q, c->in.k, c->in.v, c->in.positions, malloc(index_bytes),
-                              malloc(q_bytes), malloc(kv_bytes), malloc(kv_bytes), malloc(kv_bytes)};
-    if (!c->host.slots || !c->host.q_rot || !c->host.k_rot || !c->host.k_pool || !c->host.v_pool) {
+                              malloc(q_bytes), malloc(kv_bytes), malloc(rows_bytes), malloc(rows_bytes)};
+    c->host_offsets = (int64_t *)malloc(offsets_bytes);
+    if (!c->host.slots || !c->host.q_rot || !c->host.k_rot || !c->host.k_pool || !c->host.v_pool ||
+        !c->host_offsets) {
         snprintf(msg, msg_size, "out of host memory for reading back %lld tokens", (long long)c->arena);
         return -1;
     }
@@ -374,7 +409,7 @@ int run_dtype(cuda_bench *c, const bench_options *o, rp_dtype dtype, bench_repor
     CUDA_TRY(cudaEventCreate(&c->stop));
     c->blocks = prop.multiProcessorCount * 8;
     c->L = bench_layout{o->shape.hq, o->shape.hk, o->shape.d, o->pool_size, o->shape.rope_base, dtype,
-                        o->index_dtype, 0, 0, NULL, 0.0, RP_KV_FLAT, 1, RP_DTYPE_UNSET};
+                        o->index_dtype, 0, 0, NULL, 0.0, o->kv_layout, o->block_size, o->kv_dtype};
     bench_layout_set_variant(&c->L, o);
     const double l2 = (double)prop.l2CacheSize;
     c->arena = bench_arena_tokens(o, &c->L, l2);

@@ -62,14 +62,19 @@ _KV_CACHE_DTYPES = {"auto": 0, "fp8_e4m3": 14, "fp8": 14, "fp8_e5m2": 15}
 _context_ready = False
 
 
-def _integer(name, value):
-    """None (the library's 0: its default) or an int; every range check is the library's."""
+def _integer(name, value, zero_refused=None):
+    """None (the library's 0: its default) or an int; every range check is the library's, except
+    that an explicit 0 is refused where the library would read it as "not set" (rotary_dim,
+    v_head_dim): None is that default here, so 0 is a value the call cannot honour."""
     if value is None:
         return 0
     try:
-        return operator.index(value)
+        value = operator.index(value)
     except TypeError:
         raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
+    if value == 0 and zero_refused:
+        raise RopePoolError(f"{name} must be {zero_refused} (None = head_dim), got 0")
+    return value
 
 
 def _number(name, value):
@@ -181,15 +186,18 @@ def rope_pool_fused(
     if not _context_ready:
         _ext.set_threads(num_threads())
         _context_ready = True
-    rotary_dim = _integer("rotary_dim", rotary_dim)
+    rotary_dim = _integer("rotary_dim", rotary_dim, zero_refused=">= 2")
+    attention_scaling = _number("attention_scaling", attention_scaling)
+    if attention_scaling == 0.0:  # the library's "not set" (1.0): refused, not read as the default
+        raise RopePoolError("attention_scaling must be positive and finite (default 1.0), got 0.0")
     return _ext.fused(
         q, k, v, positions, slots, k_pool, v_pool,
         head_dim, num_qo_heads, num_kv_heads, rope_base,
         _style(is_neox),
         rotary_dim,
         _frequencies(inv_freq, rotary_dim, head_dim),
-        _number("attention_scaling", attention_scaling),
-        _integer("v_head_dim", v_head_dim),
+        attention_scaling,
+        _integer("v_head_dim", v_head_dim, zero_refused="positive"),
         _pool_format(kv_cache_dtype, k_pool),
         _number("k_scale", k_scale),
         _number("v_scale", v_scale),

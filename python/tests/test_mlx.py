@@ -233,6 +233,9 @@ def test_mlx_only_refusals_name_the_keyword(mlx_fw):
         (dict(inv_freq=mx.arange(32)), "inv_freq must hold float32 or float64 values, got dtype int32"),
         (dict(rotary_dim=33), "rotary_dim must be even, got 33"),
         (dict(rotary_dim=66, inv_freq=np.ones(3)), "rotary_dim 66 is larger than head_dim 64"),
+        (dict(rotary_dim=0), "rotary_dim must be >= 2 (None = head_dim), got 0"),
+        (dict(v_head_dim=0), "v_head_dim must be positive (None = head_dim), got 0"),
+        (dict(attention_scaling=0), "attention_scaling must be positive and finite (default 1.0), got 0.0"),
     ]
     for kwargs, message in cases:
         with pytest.raises(ropepool.RopePoolError, match=None) as info:

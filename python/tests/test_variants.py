@@ -109,6 +109,11 @@ def test_variants_in_place_and_into_caller_outputs(ropepool, fw, is_neox):
      "1000000000000000... (401 characters), too large for a float64"),
     (dict(rope_base=10**400), "rope_base must be a positive finite number, got 1000000000000000... "
      "(401 characters), too large for a float64"),
+    # C's "0 = not set" is None here: an explicit zero is refused, never read as the default.
+    (dict(rotary_dim=0), "rotary_dim must be >= 2 (None = head_dim), got 0"),
+    (dict(v_head_dim=0), "v_head_dim must be positive (None = head_dim), got 0"),
+    (dict(attention_scaling=0.0), "attention_scaling must be positive and finite (default 1.0), got 0.0"),
+    (dict(attention_scaling=0), "attention_scaling must be positive and finite (default 1.0), got 0"),
 ])
 def test_bad_variant_values_are_named(ropepool, fw, kwargs, message):
     p = Problem(fw, D=64)

@@ -111,7 +111,7 @@ static void test_extreme_positions_within_bound(void)
 static void test_every_variant_within_bound(void)
 {
     static const int64_t dims[][3] = {{3, 1, 80}, {2, 2, 96}, {4, 2, 128}, {2, 1, 256}, {1, 1, 64}, {32, 8, 128}};
-    const int64_t big_T = cuda_test_quick() ? 40 : 700;
+    const int64_t big_T = test_quick() ? 40 : 700;
     for (int d = 0; d < 3; d++)
         for (size_t s = 0; s < sizeof dims / sizeof dims[0]; s++)
             for (int v = 0; v < NUM_TEST_VARIANTS; v++)

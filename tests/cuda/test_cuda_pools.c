@@ -147,7 +147,7 @@ static void run_pool_case(const pool_case *c)
 static void test_paged_pools_within_bound_and_nothing_else_written(void)
 {
     static const int64_t block_sizes[] = {1, 13, 16, 32};
-    const int64_t big_T = cuda_test_quick() ? 40 : 700;
+    const int64_t big_T = test_quick() ? 40 : 700;
     for (int b = 0; b < 4; b++)
         for (int d = 0; d < 3; d++)
             for (int layout = RP_KV_NHD; layout <= RP_KV_HND; layout++)
@@ -165,7 +165,7 @@ static void test_paged_pools_within_bound_and_nothing_else_written(void)
 static void test_fp8_pools_within_bound(void)
 {
     static const int64_t dims[][3] = {{8, 2, 128}, {4, 2, 64}, {3, 1, 80}, {2, 2, 6}, {32, 8, 128}};
-    const int64_t big_T = cuda_test_quick() ? 40 : 700;
+    const int64_t big_T = test_quick() ? 40 : 700;
     for (int d = 0; d < 3; d++)
         for (int e5m2 = 0; e5m2 < 2; e5m2++)
             for (size_t s = 0; s < sizeof dims / sizeof dims[0]; s++)
