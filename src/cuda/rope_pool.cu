@@ -172,6 +172,10 @@ extern "C" rp_status rp_cuda_rope_pool(void *state, const rp_problem *p, rp_part
         return rp_fail(err, RP_ERR_UNSUPPORTED,
                        "head_dim %lld is not supported on CUDA: the CUDA backend takes head_dim up to %d",
                        (long long)p->head_dim, RP_CUDA_MAX_HEAD_DIM);
+    if (p->q_norm.data != NULL || p->k_norm.data != NULL)
+        return rp_fail(err, RP_ERR_UNSUPPORTED,
+                       "q_norm_weight / k_norm_weight (QK-norm) is not supported on CUDA yet: run the call "
+                       "on the CPU, or apply the RMSNorm to q and k before it");
     /* Run on the context's device; give the caller back its own current device. */
     int previous = -1;
     rp_status status = rp_cuda_enter_device(st->device, &previous, err);
