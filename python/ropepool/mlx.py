@@ -142,6 +142,10 @@ def rope_pool_fused(
     kv_cache_dtype="auto",
     k_scale=1.0,
     v_scale=1.0,
+    q_norm_weight=None,
+    k_norm_weight=None,
+    norm_eps=None,
+    norm_weight_offset=0.0,
     q_out=None,
     k_out=None,
     threads=None,
@@ -164,6 +168,9 @@ def rope_pool_fused(
         v_head_dim: width of v and v_pool heads (None = head_dim).
         kv_layout: "flat" only: ropepool.mlx serves the seed's [P, Hk, D] pools.
         kv_cache_dtype, k_scale, v_scale: fp8 pools stored as uint8 ("fp8_e4m3", "fp8_e5m2").
+        q_norm_weight, k_norm_weight, norm_eps, norm_weight_offset: QK-norm, not available on
+            MLX yet (the primitive takes no weight arrays): refused; apply the RMSNorm to q and k
+            with mx.fast.rms_norm first.
         q_out, k_out: not available on MLX (arrays are immutable): use the returned q_rot, k_rot.
         threads: at most this many CPU threads for this call (default: ROPEPOOL_NUM_THREADS or
             one per CPU).
@@ -177,6 +184,11 @@ def rope_pool_fused(
         raise RopePoolError(
             "q_out/k_out are not supported on MLX arrays, which are immutable: use the returned "
             "q_rot and k_rot"
+        )
+    if q_norm_weight is not None or k_norm_weight is not None or norm_eps is not None or norm_weight_offset != 0.0:
+        raise RopePoolError(
+            "q_norm_weight/k_norm_weight (QK-norm) are not supported on MLX arrays yet: apply the "
+            "RMSNorm to q and k first (mx.fast.rms_norm), or call ropepool.rope_pool_fused on NumPy arrays"
         )
     if kv_layout != "flat":
         raise RopePoolError(
