@@ -15,49 +15,6 @@ static void call_ok(rp_rope_pool_args *a, const char *what)
     call_ok_on(ctx, a, what);
 }
 
-/* Which weights a case gives. */
-enum { NORM_BOTH = 0, NORM_Q = 1, NORM_K = 2 };
-
-/* A QK-norm case's weights, owned by the caller: [D] of dtype wdt, values around 1 - offset (so
- * that w + offset is of order 1, as in trained models), some negative and one exactly -offset. */
-typedef struct norm_weights {
-    void *q, *k;
-} norm_weights;
-
-static void set_norm(fixture *f, norm_weights *w, int which, rp_dtype wdt, double offset)
-{
-    rp_rope_pool_args *a = &f->args;
-    const size_t e = rp_dtype_size(wdt);
-    w->q = test_alloc((size_t)f->D * e);
-    w->k = test_alloc((size_t)f->D * e);
-    for (int64_t i = 0; i < f->D; i++) {
-        test_store(w->q, wdt, i, i == 3 ? -offset : 1.0 - offset + rng_uniform(&rng, -0.9, 0.9));
-        test_store(w->k, wdt, i, 1.0 - offset + rng_uniform(&rng, -1.5, 1.5));
-    }
-    a->q_norm_weight = which == NORM_K ? NULL : w->q;
-    a->k_norm_weight = which == NORM_Q ? NULL : w->k;
-    a->q_norm_weight_dtype = which == NORM_K || wdt == f->dtype ? 0 : wdt;
-    a->k_norm_weight_dtype = which == NORM_Q ? 0 : wdt;
-    a->norm_eps = 1e-6;
-    a->norm_weight_offset = offset;
-}
-
-/* Heads of very different scales (the norm must remove it): head h of every token times 10^(h % 5
- * - 2), and one all-zero head (rstd = 1 / sqrt(eps)). */
-static void scale_heads(fixture *f)
-{
-    for (int64_t t = 0; t < f->T; t++) {
-        for (int64_t h = 0; h < f->Hq; h++)
-            for (int64_t i = 0; i < f->D; i++) {
-                const int64_t at = (t * f->Hq + h) * f->D + i;
-                const double x = test_load(f->q, f->dtype, at);
-                test_store(f->q, f->dtype, at, t == 1 && h == 0 ? 0.0 : x * pow(10.0, (double)(h % 5) - 2));
-            }
-        for (int64_t at = t * f->Hk * f->D; at < (t + 1) * f->Hk * f->D; at++)
-            test_store(f->k, f->dtype, at, test_load(f->k, f->dtype, at) * (t % 2 ? 300.0 : 0.004));
-    }
-}
-
 static void run_case(rp_dtype dt, rp_dtype wdt, int which, double offset, int64_t D, const rope_variant *v)
 {
     fixture f;
@@ -66,7 +23,7 @@ static void run_case(rp_dtype dt, rp_dtype wdt, int which, double offset, int64_
     scale_heads(&f);
     if (v)
         fixture_set_variant(&f, &rng, v);
-    set_norm(&f, &w, which, wdt, offset);
+    set_norm(&rng, &f, &w, which, wdt, offset);
     char what[200], vname[64];
     snprintf(what, sizeof what, "%s weights %s %s offset %g D %lld %s", rp_dtype_name(dt), rp_dtype_name(wdt),
              which == NORM_BOTH ? "q+k" : which == NORM_Q ? "q only" : "k only", offset, (long long)D,
@@ -109,7 +66,7 @@ static void test_in_place_normalised_call(void)
         norm_weights w;
         fixture_init(&f, &rng, 11, 4, 2, 64, 16, dtypes[d], RP_I32, 4096, 1);
         fixture_set_variant(&f, &rng, &test_variants[4 + d]);
-        set_norm(&f, &w, NORM_BOTH, dtypes[d], 0.0);
+        set_norm(&rng, &f, &w, NORM_BOTH, dtypes[d], 0.0);
         orig = f;
         const size_t qb = (size_t)(f.T * f.Hq * f.D) * rp_dtype_size(dtypes[d]), kb = qb / 2;
         orig.args.q.data = test_alloc(qb);
@@ -148,7 +105,7 @@ static void test_normalised_fused_qkv_views(void)
         a->v = views[2];
         a->q.strides[0] = a->k.strides[0] = a->v.strides[0] = row;
         fixture_set_variant(&f, &rng, &test_variants[d]);
-        set_norm(&f, &w, d == 2 ? NORM_K : NORM_BOTH, RP_F32, (double)(d % 2));
+        set_norm(&rng, &f, &w, d == 2 ? NORM_K : NORM_BOTH, RP_F32, (double)(d % 2));
         call_ok(a, "fused qkv");
         verify_outputs(a, a, "fused qkv");
         free(qkv);
@@ -178,7 +135,7 @@ static void test_normalised_keys_into_fp8_pools(void)
         a->pool_dtype = c < 3 ? fmt : 0;
         a->k_scale = c % 3 ? 0.37 : 0.0;
         a->v_scale = c % 3 ? 2.5 : 0.0;
-        set_norm(&f, &w, c == 4 ? NORM_Q : NORM_BOTH, c % 2 ? RP_F32 : dt, (double)(c / 3));
+        set_norm(&rng, &f, &w, c == 4 ? NORM_Q : NORM_BOTH, c % 2 ? RP_F32 : dt, (double)(c / 3));
         call_ok(a, "fp8 pools");
         verify_outputs(a, a, "fp8 pools");
         free(pools);
@@ -194,7 +151,7 @@ static void test_normalised_outputs_do_not_depend_on_threads(void)
     fixture f;
     norm_weights w;
     fixture_init(&f, &rng, 300, 8, 2, 128, 320, RP_BF16, RP_I64, 1 << 20, 1);
-    set_norm(&f, &w, NORM_BOTH, RP_BF16, 0.0);
+    set_norm(&rng, &f, &w, NORM_BOTH, RP_BF16, 0.0);
     const size_t qb = (size_t)(f.T * f.Hq * f.D) * 2;
     void *first = test_alloc(qb);
     f.args.num_threads = 1;
