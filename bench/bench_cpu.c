@@ -225,7 +225,8 @@ int bench_cpu_runs(const bench_options *o, rp_dtype dtype, double roofline, cons
     cpu_bench c;
     memset(&c, 0, sizeof c);
     c.L = (bench_layout){o->shape.hq, o->shape.hk, o->shape.d, o->pool_size, o->shape.rope_base,
-                         dtype, o->index_dtype, 0, 0, NULL, 0.0, o->kv_layout, o->block_size, o->kv_dtype};
+                         dtype, o->index_dtype, 0, 0, NULL, 0.0, o->kv_layout, o->block_size, o->kv_dtype,
+                         NULL, NULL};
     c.seed_L = c.L;
     bench_layout_set_variant(&c.L, o);
     c.baseline_seed = o->baseline_seed;

@@ -80,8 +80,8 @@ int bench_rope_table(const bench_shape *s, double *inv_freq, double *attention_s
 const char *bench_variant_text(const bench_shape *s, double attention_scaling, char *buf, size_t size)
 {
     static const char *const tables[] = {"rope_base's table", "llama3 table", "yarn table", "longrope table"};
-    snprintf(buf, size, "%s R=%lld/%lld, %s, attention scaling %.4g",
+    snprintf(buf, size, "%s R=%lld/%lld, %s, attention scaling %.4g%s",
              s->style == RP_ROPE_GPTJ ? "gptj" : "neox", (long long)(s->rotary_dim ? s->rotary_dim : s->d),
-             (long long)s->d, tables[s->scaling], attention_scaling);
+             (long long)s->d, tables[s->scaling], attention_scaling, s->qk_norm ? ", QK-norm" : "");
     return buf;
 }
