@@ -332,11 +332,15 @@ typedef struct rp_rope_pool_args {
  * no intermediate rounding), the pass-through dims within one ulp plus 2 * 2^-24 * |y[i]|, on
  * every backend and for every dtype (float32 included). transformers' Qwen3RMSNorm and
  * Gemma3RMSNorm differ: they round the normalised value x * rstd to the input dtype before
- * multiplying by the weight (and multiply in that dtype), so for bfloat16 inputs their y carries
- * up to two bfloat16 roundings (~2^-8 relative each) where ours carries none: the two agree to
- * about 2 ulp(bf16) of y (1 ulp of the rotated output plus that), and exactly in float32 up to
- * ~2^-23. Weights are read as given: a NaN weight gives NaN outputs.
- * Calls on the CPU with QK-norm and head_dim > 512 run on the reference kernel.
+ * multiplying by the weight (and multiply in that dtype), and their RoPE rounds cos, sin, both
+ * products and the sum to the dtype: for bfloat16 inputs the two results differ by up to a few
+ * 2^-8 * (|y[a]| + |y[b]|) (measured 2.2 times that on a random Qwen3 config; ours is the one
+ * within the bound above), for float32 by their float32 angle and mean of squares. Weights are read
+ * as given: a NaN weight gives NaN outputs. The outputs must not overlap the weights.
+ * CPU calls with QK-norm and head_dim > 512 run on the reference kernel. CUDA normalises on its
+ * vectorized kernels (head rows contiguous and 16-byte aligned, head_dim / 2 and rotary_dim / 2
+ * multiples of the 16-byte vector, head_dim / 2 / vector a power of two up to 32); other QK-norm
+ * calls on CUDA are RP_ERR_UNSUPPORTED.
  *
  * Pools (kv_layout). Slot s >= 0 is row s of a flat pool [P, Hk, D], and row s % block_size of
  * block s / block_size of a paged one: NHD [num_blocks, block_size, Hk, D] or HND [num_blocks,

@@ -19,8 +19,19 @@ static const void *mirror_pointer(const mirror *m, const void *p)
     return p ? t.data : NULL;
 }
 
+/* Whether the CUDA backend normalises this call (plan.cu): whole 16-byte groups of rotated pairs,
+ * a power of two of them up to 32 per head row. Others are refused (RP_ERR_UNSUPPORTED). */
+static int cuda_normalises(int64_t D, rp_dtype dt, const rope_variant *v)
+{
+    const int64_t per_vector = 16 / (int64_t)rp_dtype_size(dt), groups = D / 2 / per_vector;
+    const int64_t half = (v ? variant_rotary_dim(v, D) : D) / 2;
+    return (D / 2) % per_vector == 0 && half % per_vector == 0 && (!v || v->style != RP_ROPE_GPTJ || half % 2 == 0) &&
+           groups <= 32 && (groups & (groups - 1)) == 0;
+}
+
 /* One normalised call of shape (T, Hq, Hk, D) on the device, verified; with cpu_same, the count
- * of outputs bit-identical to the CPU backend's is added to *same / *total. */
+ * of outputs bit-identical to the CPU backend's is added to *same / *total. A call the backend
+ * does not normalise must be refused, writing nothing. */
 static void run_case(int64_t T, int64_t Hq, int64_t Hk, int64_t D, rp_dtype dt, rp_dtype wdt, int which,
                      double offset, const rope_variant *v, int fp8, int64_t *same, int64_t *total)
 {
@@ -69,10 +80,22 @@ static void run_case(int64_t T, int64_t Hq, int64_t Hk, int64_t D, rp_dtype dt, 
     rp_rope_pool_args host = f.args;
     host.q_norm_weight = mirror_pointer(&m, f.args.q_norm_weight);
     host.k_norm_weight = mirror_pointer(&m, f.args.k_norm_weight);
-    run_on_device(ctx, &m, &host, what);
-    verify_outputs(&f.args, &f.args, what);
+    const int normalised = cuda_normalises(D, dt, v);
+    if (normalised) {
+        run_on_device(ctx, &m, &host, what);
+        verify_outputs(&f.args, &f.args, what);
+    } else {
+        snapshot s;
+        snapshot_take(&s, &f);
+        rp_rope_pool_args d = mirror_args(&m, &host, 0);
+        char msg[512];
+        const rp_status st = rp_rope_pool_fused(ctx, &d, msg, sizeof msg);
+        CHECK(st == RP_ERR_UNSUPPORTED, "%s: status %s: %s", what, rp_status_name(st), msg);
+        mirror_download(&m);
+        CHECK(snapshot_unchanged(&s, &f), "%s: a refused call wrote output memory", what);
+    }
     mirror_free(&m);
-    if (!fp8) { /* the CPU on the same inputs (weights identical: same generator state) */
+    if (!fp8 && normalised) { /* the CPU on the same inputs (weights identical: same generator state) */
         char msg[256];
         CHECK(rp_rope_pool_fused(NULL, &c.args, msg, sizeof msg) == RP_OK, "cpu: %s", msg);
         const size_t e = rp_dtype_size(dt);
