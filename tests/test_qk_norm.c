@@ -237,15 +237,7 @@ static void test_bad_norm_arguments_are_rejected_and_write_nothing(void)
 
 int main(void)
 {
-    check_forced_level();
-    rp_context_options o = {0};
-    o.num_threads = 2;
-    char msg[256];
-    if (rp_context_create(&o, &ctx, msg, sizeof msg) != RP_OK) {
-        fprintf(stderr, "context: %s\n", msg);
-        return 2;
-    }
-    printf("CPU kernels: %s\n", rp_cpu_kernel_name());
+    ctx = level_suite_context();
     RUN(test_normalised_heads_match_the_float64_formula_with_every_variant);
     RUN(test_float32_weights_and_gemma_offset_at_qwen3_head_size);
     RUN(test_wide_normalised_heads_take_the_reference_kernel);

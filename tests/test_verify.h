@@ -27,6 +27,23 @@ static inline void check_forced_level(void)
           rp_cpu_kernel_name());
 }
 
+/* The start of a per-level suite: check_forced_level, then a context of two threads (exits 2 when
+ * it cannot be made), and the level that runs, printed. */
+static inline rp_context *level_suite_context(void)
+{
+    check_forced_level();
+    rp_context_options o = {0};
+    o.num_threads = 2;
+    char msg[256];
+    rp_context *ctx = NULL;
+    if (rp_context_create(&o, &ctx, msg, sizeof msg) != RP_OK) {
+        fprintf(stderr, "context: %s\n", msg);
+        exit(2);
+    }
+    printf("CPU kernels: %s\n", rp_cpu_kernel_name());
+    return ctx;
+}
+
 /* Checks finished outputs (described by `out`, host memory) against inputs described by `in`
  * (the same call, except the original q and k for an in-place call) with the float64 formula. */
 static inline void verify_outputs(const rp_rope_pool_args *in, const rp_rope_pool_args *out, const char *what)
