@@ -328,9 +328,10 @@ typedef struct rp_rope_pool_args {
  * QK-norm numerics: the sum of the D squares is accumulated in float64 (each square of a float32
  * is exact there), 1 / sqrt(sum / D + eps) and the factor (w[i] + offset) are formed in float64,
  * and y[i] is rounded to float32 once. Every rotated output is then within one ulp of its dtype
- * plus 10 * 2^-24 * s * (|y[a]| + |y[b]|) of the float64 formula (y the float64 normalised value,
- * no intermediate rounding), the pass-through dims within one ulp plus 2 * 2^-24 * |y[i]|, on
- * every backend and for every dtype (float32 included). transformers' Qwen3RMSNorm and
+ * plus 10 * 2^-24 * s * (|y[a]| + |y[b]|) + s * 2^-148 of the float64 formula (y the float64
+ * normalised value, no intermediate rounding; the last term covers normalised values below
+ * float32's normal range, whose rounding is absolute), the pass-through dims within one ulp plus
+ * 2 * 2^-24 * |y[i]| + 2^-149, on every backend and for every dtype (float32 included). transformers' Qwen3RMSNorm and
  * Gemma3RMSNorm differ: they round the normalised value x * rstd to the input dtype before
  * multiplying by the weight (and multiply in that dtype), and their RoPE rounds cos, sin, both
  * products and the sum to the dtype: for bfloat16 inputs the two results differ by up to a few

@@ -9,8 +9,9 @@
  * With s > 1, elements whose s * (|x[a]| + |x[b]|) exceeds the float32 maximum are not checked:
  * the header's contract leaves them out, because a float32 product such as x[b] * n may overflow
  * to infinity there although the float64 result is finite.
- * With QK-norm, x is the float64 normalised value of the head and the factor is 10 instead of 8
- * (the header's bound); the pass-through dims then hold it within ulp + 2 * 2^-24 * |x|.
+ * With QK-norm, x is the float64 normalised value of the head, the factor is 10 instead of 8 and
+ * s * 2^-148 is added (the header's bound); the pass-through dims then hold it within ulp +
+ * 2 * 2^-24 * |x| + 2^-149.
  * Without it, dims R..D-1 of q_rot and k_rot must equal q and k bit for bit, v_pool rows must equal v, and
  * k_pool rows must equal k_rot. fp8 pools hold the correctly rounded fp8 of value / scale (K: the
  * float64 formula, not k_rot; V: v), except within the kernel's own arithmetic error of a
@@ -71,12 +72,13 @@ static void note_failure(rp_verify_result *r, const char *what, int64_t t, int64
 }
 
 /* The kernels' error on one element, beyond the dtype's last rounding, is factor * 2^-24 times
- * scaled_inputs. */
+ * scaled_inputs, plus `absolute` (QK-norm: the float32 rounding of normalised values below the
+ * normal range is absolute, 2^-150 each). */
 static void check_value(rp_verify_result *r, rp_dtype dtype, const char *what, int64_t t, int64_t h,
                         int64_t i, double got, double want, double scaled_inputs, double factor,
-                        int beyond_range)
+                        double absolute, int beyond_range)
 {
-    const double bound = ulp_of(dtype, want) + factor * 0x1p-24 * scaled_inputs;
+    const double bound = ulp_of(dtype, want) + factor * 0x1p-24 * scaled_inputs + absolute;
     if (beyond_range)
         return;
     r->checked++;
@@ -140,7 +142,7 @@ static void check_rotation(const rp_problem *p, rp_verify_result *r, const char 
                            const double *rstd, const void *out, const int64_t out_stride[3], int64_t heads,
                            int64_t t, double c, double n, int64_t a, int64_t b, int64_t fp8_slot)
 {
-    const double factor = w->data ? 10.0 : 8.0;
+    const double factor = w->data ? 10.0 : 8.0, absolute = w->data ? p->attention_scaling * 0x1p-148 : 0.0;
     for (int64_t h = 0; h < heads; h++) {
         const double x = input(p, src, src_stride, w, rstd, t, h, a);
         const double y = input(p, src, src_stride, w, rstd, t, h, b);
@@ -148,9 +150,9 @@ static void check_rotation(const rp_problem *p, rp_verify_result *r, const char 
         const int beyond = p->attention_scaling > 1.0 && scaled > 0x1.fffffep127; /* FLT_MAX */
         const double want_a = x * c - y * n, want_b = y * c + x * n;
         check_value(r, p->dtype, what, t, h, a, load(out, p->dtype, at(out_stride, t, h, a)), want_a, scaled,
-                    factor, beyond);
+                    factor, absolute, beyond);
         check_value(r, p->dtype, what, t, h, b, load(out, p->dtype, at(out_stride, t, h, b)), want_b, scaled,
-                    factor, beyond);
+                    factor, absolute, beyond);
         if (fp8_slot < 0 || beyond)
             continue;
         /* The rotation's error (the bound above without the dtype's rounding), the float32
@@ -194,7 +196,7 @@ static void check_normalised_dims(const rp_problem *p, rp_verify_result *r, cons
         for (int64_t i = p->rotary_dim; i < p->head_dim; i++) {
             const double y = input(p, src, src_stride, w, rstd, t, h, i);
             check_value(r, p->dtype, what, t, h, i, load(out, p->dtype, at(out_stride, t, h, i)), y, fabs(y),
-                        2.0, 0);
+                        2.0, 0x1p-149, 0);
             if (fp8_slot < 0)
                 continue;
             const uint8_t *row = (const uint8_t *)p->k_pool + rp_pool_offset(p, p->k_pool_stride, fp8_slot, h);
