@@ -33,6 +33,10 @@ def rope_pool_fused(
     kv_cache_dtype: Literal["auto", "fp8_e4m3", "fp8", "fp8_e5m2"] = "auto",
     k_scale: Any = 1.0,
     v_scale: Any = 1.0,
+    q_norm_weight: Optional[_Array] = None,
+    k_norm_weight: Optional[_Array] = None,
+    norm_eps: Optional[float] = None,
+    norm_weight_offset: float = 0.0,
     q_out: Optional[_Array] = None,
     k_out: Optional[_Array] = None,
 ) -> Tuple[_Array, _Array, _Pool, _Pool]: ...
