@@ -56,11 +56,20 @@ static inline int rp_cpu_norm_fits(const rp_problem *p)
     return (p->q_norm.data == NULL && p->k_norm.data == NULL) || p->head_dim <= RP_CPU_NORM_MAX_DIM;
 }
 
-/* gain[i] = w[i] + offset in float64 for i < D, or NULL when w is not given: once per slice. */
+/* Element i of src (dtype dt: f32, f16 or bf16) as a float32, exactly. */
+static inline float rp_cpu_load(rp_dtype dt, const void *src, int64_t i)
+{
+    return dt == RP_F32 ? ((const float *)src)[i]
+         : dt == RP_F16 ? rp_f16_bits_to_float(((const uint16_t *)src)[i])
+                        : rp_bf16_bits_to_float(((const uint16_t *)src)[i]);
+}
+
+/* gain[i] = w[i] + offset in float64 for i < D (rp_norm_gain's value, inline: it runs once per
+ * slice, which at one token is a call's whole work), or NULL when w is not given. */
 static inline const double *rp_cpu_norm_gains(const rp_problem *p, const rp_norm_weight *w, double *gain)
 {
     for (int64_t i = 0; w->data != NULL && i < p->head_dim; i++)
-        gain[i] = rp_norm_gain(p, w, i);
+        gain[i] = (double)rp_cpu_load(w->dtype, w->data, i) + p->norm_offset;
     return w->data != NULL ? gain : NULL;
 }
 
@@ -74,9 +83,7 @@ static inline void rp_cpu_norm_row(const rp_problem *p, rp_dtype dt, const char 
 {
     const int64_t D = p->head_dim;
     for (int64_t i = 0; i < D; i++)
-        y[i] = dt == RP_F32 ? ((const float *)src)[i]
-             : dt == RP_F16 ? rp_f16_bits_to_float(((const uint16_t *)src)[i])
-                            : rp_bf16_bits_to_float(((const uint16_t *)src)[i]);
+        y[i] = rp_cpu_load(dt, src, i);
     double acc[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= D; i += 8)
