@@ -144,3 +144,30 @@ def test_mlx_refuses_qk_norm_clearly(ropepool):
     with pytest.raises(ropepool.RopePoolError, match="not supported on MLX"):
         rp_mlx.rope_pool_fused(None, None, None, None, None, None, None, head_dim=8, num_qo_heads=1,
                                num_kv_heads=1, rope_base=1e4, q_norm_weight=object())
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_cuda_call_matches_the_cpu_call(ropepool, dtype):
+    torch = pytest.importorskip("torch")
+    if not (torch.cuda.is_available() and ropepool.has_cuda()):
+        pytest.skip("needs a CUDA device and ropepool's CUDA backend")
+    dt = getattr(torch, dtype)
+    gen = torch.Generator().manual_seed(18)
+    T, Hq, Hk, D = 37, 32, 8, 128
+    q, k, v = (torch.randn(T, H, D, generator=gen).to(dt) for H in (Hq, Hk, Hk))
+    wq, wk = (torch.rand(D, generator=gen) + 0.5 for _ in range(2))
+    positions, slots = torch.arange(T) * 977, torch.randperm(64, generator=gen)[:T]
+    kw = dict(head_dim=D, num_qo_heads=Hq, num_kv_heads=Hk, rope_base=1e6, q_norm_weight=wq, k_norm_weight=wk.to(dt))
+    results = []
+    for device in ("cpu", "cuda"):
+        pools = [torch.zeros(64, Hk, D, dtype=dt, device=device) for _ in range(2)]
+        args = [x.to(device) for x in (q, k, v, positions, slots)]
+        out = ropepool.rope_pool_fused(*args, *pools, **{**kw, "q_norm_weight": wq.to(device),
+                                                           "k_norm_weight": kw["k_norm_weight"].to(device)})
+        torch.cuda.synchronize()
+        results.append([x.cpu() for x in out])
+    # The same float64 formula with one rounding: bit-identical but where the two sums of squares
+    # (in different orders) round rstd to different float64 neighbours, rarely: 1 ulp at most.
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=2.0 ** -7 if dtype == "bfloat16" else 2.0 ** -22, atol=0.0)
