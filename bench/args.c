@@ -28,6 +28,7 @@ static const char usage[] =
     "  --rotary-dim R      rotate the first R dims of each head, pass the rest (0 = head_dim;\n"
     "                      default: the preset's)\n"
     "  --rope-scaling none rope_base's own table and attention scaling 1 instead of the preset's\n"
+    "  --qk-norm on|off    per-head QK RMSNorm before RoPE (default: the preset's; qwen3-8b: on)\n"
     "                      llama3/yarn/longrope table (with --style neox --rotary-dim 0: the\n"
     "                      seed's variant of the same shape, to compare against)\n"
     "  -T, --tokens LIST   token counts, comma-separated\n"
@@ -172,7 +173,7 @@ static int parse_shape(const char *arg, bench_options *o)
         return fail("--shape: %lld query heads are not a multiple of %lld kv heads", (long long)v[0],
                     (long long)v[1]);
     o->shape = (bench_shape){"custom", "custom shape", v[0], v[1], v[2], 10000.0, RP_ROPE_NEOX, 0,
-                             BENCH_ROPE_DEFAULT, 0.0, 0.0, 0.0, 0.0, {0, 0, 0}, 0};
+                             BENCH_ROPE_DEFAULT, 0.0, 0.0, 0.0, 0.0, {0, 0, 0}, 0, 0};
     return 0;
 }
 
@@ -227,7 +228,7 @@ int bench_parse_args(int argc, char **argv, bench_options *o)
     o->verify = 1;
     record_command(argc, argv, o);
     double rope_base = 0;
-    int have_preset = 0, have_shape = 0, style = -1, no_scaling = 0;
+    int have_preset = 0, have_shape = 0, style = -1, no_scaling = 0, qk_norm = -1;
     int64_t rotary_dim = -1;
 
     for (int i = 1; i < argc; i++) {
@@ -272,8 +273,8 @@ int bench_parse_args(int argc, char **argv, bench_options *o)
                                              "--dtype", "--backend", "--threads", "--pool",
                                              "--max-pos", "--index", "--sets", "--seed",
                                              "--seconds", "--json", "--svg", "--style",
-                                             "--rotary-dim", "--rope-scaling", "--baseline", "--kv-layout",
-                                             "--block-size", "--kv-dtype"};
+                                             "--rotary-dim", "--rope-scaling", "--qk-norm", "--baseline",
+                                             "--kv-layout", "--block-size", "--kv-dtype"};
         int known = 0;
         for (size_t j = 0; j < sizeof valued / sizeof valued[0]; j++)
             known |= strcmp(opt, valued[j]) == 0;
@@ -323,6 +324,10 @@ int bench_parse_args(int argc, char **argv, bench_options *o)
             if (strcmp(arg, "none"))
                 return fail("--rope-scaling: '%s' is not 'none' (the presets carry their own scaling)", arg);
             no_scaling = 1;
+        } else if (!strcmp(opt, "--qk-norm")) {
+            if (strcmp(arg, "on") && strcmp(arg, "off"))
+                return fail("--qk-norm: '%s' is not 'on' or 'off'", arg);
+            qk_norm = strcmp(arg, "on") == 0;
         } else if (!strcmp(opt, "--tokens")) {
             if (parse_list(opt, arg, 1, BENCH_MAX_TOKENS, "a token count", o->tokens, &o->num_tokens))
                 return -1;
@@ -417,6 +422,8 @@ int bench_parse_args(int argc, char **argv, bench_options *o)
         o->shape.rotary_dim = rotary_dim;
     if (no_scaling)
         o->shape.scaling = BENCH_ROPE_DEFAULT;
+    if (qk_norm >= 0)
+        o->shape.qk_norm = qk_norm;
     if (o->shape.rotary_dim > o->shape.d)
         return fail("--rotary-dim %lld exceeds head_dim %lld", (long long)o->shape.rotary_dim,
                     (long long)o->shape.d);

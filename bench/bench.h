@@ -53,6 +53,8 @@ typedef struct bench_shape {
     double low, high;    /* llama3: low/high_freq_factor; yarn: beta_slow/beta_fast */
     int32_t mrope_section[3]; /* mRoPE (Qwen-VL): [t, h, w]; all zero: none */
     int32_t mrope_interleaved; /* Qwen3-VL's rule */
+    int qk_norm;         /* per-head QK RMSNorm before RoPE (Qwen3, Gemma 3): q_norm_weight and
+                            k_norm_weight in the inputs' dtype, norm_eps 1e-6 */
 } bench_shape;
 
 /* "neox R=128/128, rope_base's table" or "gptj R=64/256, llama3 table, s=1.19" */
@@ -132,9 +134,13 @@ typedef struct bench_layout {
     int32_t mrope_interleaved;
     int64_t positions_per_token; /* 3 (rows t, h, w, token-major: [T, 3] memory read as [3, T]
                                     with strides {1, 3}) for mRoPE inputs; 0 or 1: one */
+    /* QK-norm (bench_layout_set_variant): the q and k weights, [2][D] of dtype, on the host, and
+     * their copy on the device that CUDA calls read (the CUDA bench sets it); NULL: no norm. */
+    const void *norm_weights, *norm_weights_dev;
 } bench_layout;
 
-/* Gives L the variant of o's shape: style, rotary_dim, and o's table and attention scaling. */
+/* Gives L the variant of o's shape: style, rotary_dim, o's table and attention scaling, and with
+ * QK-norm weights near 1 drawn from a fixed generator (allocated once per call, kept for the run). */
 void bench_layout_set_variant(bench_layout *L, const bench_options *o);
 
 /* The nine buffers of a call, on the host or the device, each holding `tokens` rows (pools:

@@ -226,7 +226,7 @@ int bench_cpu_runs(const bench_options *o, rp_dtype dtype, double roofline, cons
     memset(&c, 0, sizeof c);
     c.L = (bench_layout){o->shape.hq, o->shape.hk, o->shape.d, o->pool_size, o->shape.rope_base,
                          dtype, o->index_dtype, 0, 0, NULL, 0.0, o->kv_layout, o->block_size, o->kv_dtype,
-                         {0, 0, 0}, 0, 1};
+                         {0, 0, 0}, 0, 1, NULL, NULL};
     c.seed_L = c.L;
     bench_layout_set_variant(&c.L, o);
     c.seed_L.positions_per_token = c.L.positions_per_token; /* the seed's call reads row t */

@@ -410,8 +410,15 @@ int run_dtype(cuda_bench *c, const bench_options *o, rp_dtype dtype, bench_repor
     CUDA_TRY(cudaEventCreate(&c->stop));
     c->blocks = prop.multiProcessorCount * 8;
     c->L = bench_layout{o->shape.hq, o->shape.hk, o->shape.d, o->pool_size, o->shape.rope_base, dtype,
-                        o->index_dtype, 0, 0, NULL, 0.0, o->kv_layout, o->block_size, o->kv_dtype, {0, 0, 0}, 0, 1};
+                        o->index_dtype, 0, 0, NULL, 0.0, o->kv_layout, o->block_size, o->kv_dtype, {0, 0, 0}, 0, 1, NULL, NULL};
     bench_layout_set_variant(&c->L, o);
+    if (c->L.norm_weights) { /* QK-norm weights: the calls read them in device memory */
+        const size_t bytes = 2 * (size_t)c->L.d * rp_dtype_size(dtype);
+        void *w = NULL;
+        CUDA_TRY(cudaMalloc(&w, bytes));
+        CUDA_TRY(cudaMemcpy(w, c->L.norm_weights, bytes, cudaMemcpyHostToDevice));
+        c->L.norm_weights_dev = w;
+    }
     const double l2 = (double)prop.l2CacheSize;
     c->arena = bench_arena_tokens(o, &c->L, l2);
     if (rep->num_runs == BENCH_MAX_RUNS) {

@@ -252,6 +252,12 @@ rp_rope_pool_args bench_call_args(const bench_layout *L, const bench_buffers *b,
     a.rotary_dim = L->rotary_dim;
     a.inv_freq = L->inv_freq;
     a.attention_scaling = L->attention_scaling;
+    if (L->norm_weights) {
+        const char *w = device.type == RP_DEVICE_CUDA ? L->norm_weights_dev : L->norm_weights;
+        a.q_norm_weight = w;
+        a.k_norm_weight = w + (size_t)L->d * es;
+        a.norm_eps = 1e-6;
+    }
     return a;
 }
 
@@ -264,6 +270,21 @@ void bench_layout_set_variant(bench_layout *L, const bench_options *o)
     memcpy(L->mrope_section, o->shape.mrope_section, sizeof L->mrope_section);
     L->mrope_interleaved = o->shape.mrope_interleaved;
     L->positions_per_token = L->mrope_section[0] || L->mrope_section[1] || L->mrope_section[2] ? 3 : 1;
+    L->norm_weights = L->norm_weights_dev = NULL;
+    if (!o->shape.qk_norm)
+        return;
+    /* Weights in [0.5, 1.5): trained QK-norm weights are of order 1. Freed with the process. */
+    void *w = bench_alloc(2 * (size_t)L->d * rp_dtype_size(L->dtype));
+    uint64_t state = 0x514e4f524du;
+    for (int64_t i = 0; w && i < 2 * L->d; i++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        const float x = 0.5f + (float)(state >> 40) * 0x1p-24f;
+        if (L->dtype == RP_F32)
+            ((float *)w)[i] = x;
+        else
+            ((uint16_t *)w)[i] = L->dtype == RP_F16 ? rp_double_to_f16_bits(x) : rp_double_to_bf16_bits(x);
+    }
+    L->norm_weights = w;
 }
 
 rp_rope_pool_args *bench_set_args(const bench_layout *L, const bench_buffers *b, int64_t T,

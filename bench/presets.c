@@ -16,6 +16,9 @@ static const bench_shape presets[] = {
     {.name = "mistral-7b", .model = "Mistral-7B v0.3", .hq = 32, .hk = 8, .d = 128, .rope_base = 1000000.0},
     {.name = "gemma2-9b", .model = "Gemma-2-9B", .hq = 16, .hk = 8, .d = 256, .rope_base = 10000.0},
     {.name = "phi3-mini", .model = "Phi-3-mini", .hq = 32, .hk = 32, .d = 96, .rope_base = 10000.0},
+    /* Qwen3-8B: q_norm / k_norm (RMSNorm over each head, rms_norm_eps 1e-6) before RoPE */
+    {.name = "qwen3-8b", .model = "Qwen3-8B (QK-norm)", .hq = 32, .hk = 8, .d = 128, .rope_base = 1000000.0,
+     .qk_norm = 1},
     {.name = "tinyllama-1.1b", .model = "TinyLlama-1.1B (head_dim 64)", .hq = 32, .hk = 4, .d = 64, .rope_base = 10000.0},
     /* rope_scaling {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4,
      * "original_max_position_embeddings": 8192} */

@@ -80,9 +80,9 @@ int bench_rope_table(const bench_shape *s, double *inv_freq, double *attention_s
 const char *bench_variant_text(const bench_shape *s, double attention_scaling, char *buf, size_t size)
 {
     static const char *const tables[] = {"rope_base's table", "llama3 table", "yarn table", "longrope table"};
-    const int n = snprintf(buf, size, "%s R=%lld/%lld, %s, attention scaling %.4g",
+    const int n = snprintf(buf, size, "%s R=%lld/%lld, %s, attention scaling %.4g%s",
                            s->style == RP_ROPE_GPTJ ? "gptj" : "neox", (long long)(s->rotary_dim ? s->rotary_dim : s->d),
-                           (long long)s->d, tables[s->scaling], attention_scaling);
+                           (long long)s->d, tables[s->scaling], attention_scaling, s->qk_norm ? ", QK-norm" : "");
     if ((s->mrope_section[0] || s->mrope_section[1] || s->mrope_section[2]) && n >= 0 && (size_t)n < size)
         snprintf(buf + n, size - (size_t)n, ", %smrope [%d, %d, %d]", s->mrope_interleaved ? "interleaved " : "",
                  (int)s->mrope_section[0], (int)s->mrope_section[1], (int)s->mrope_section[2]);

@@ -291,7 +291,21 @@ typedef struct rp_rope_pool_args {
      * section is fine). All zero = no mRoPE: positions is [T] (the seed's call). */
     int32_t mrope_section[3];
     uint32_t mrope_interleaved; /* 0 or 1; 1 needs mrope_section                                     */
-    uint64_t reserved[14]; /* must be 0: room for QK-norm                                         */
+    uint64_t reserved[9]; /* must be 0: room for what comes next                                  */
+    /* Per-head QK RMSNorm in front of RoPE (Qwen3, Gemma 3, OLMo 2): with a weight w given, every
+     * head of q (q_norm_weight) or k (k_norm_weight) becomes
+     *     y[i] = x[i] / sqrt(mean over the D dims of x^2 + norm_eps) * (w[i] + norm_weight_offset)
+     * before the rotation, over all D dims (the pass-through dims R..D-1 hold y too); v never is.
+     * Either weight may be given alone. These fields sit at the far end of the reserved space,
+     * which keeps the struct's size and every earlier offset. */
+    const void *q_norm_weight; /* [D] contiguous, dtype q_norm_weight_dtype, in the tensors' memory
+                                  (device memory on CUDA); NULL = q is not normalised             */
+    const void *k_norm_weight; /* [D] likewise for k; NULL = k is not normalised                  */
+    int32_t q_norm_weight_dtype; /* q's dtype or RP_F32; 0 = q's dtype                            */
+    int32_t k_norm_weight_dtype; /* likewise                                                       */
+    double norm_eps;           /* > 0 and finite when a weight is given (the model's rms_norm_eps:
+                                  no default, a wrong eps is a silent error); else 0              */
+    double norm_weight_offset; /* finite: Gemma's (1 + w) is 1.0; 0 without a weight              */
 } rp_rope_pool_args;
 
 /*
@@ -310,6 +324,8 @@ typedef struct rp_rope_pool_args {
  * and the same for k -> k_rot. Then, for every t with slots[t] >= 0:
  *     k_pool[slots[t]] = k_rot[t]     and     v_pool[slots[t]] = v[t].
  * The seed's call (all extension fields 0) is NeoX over the whole head with rope_base's table.
+ * With QK-norm (q_norm_weight / k_norm_weight), x above is the normalised y of that head, and
+ * q_rot[t,h,i] = y[i] for i in [R, D).
  *
  * Numerics: the angle is the float64 product positions[t] * f_j, range-reduced in double
  * precision, once per (token, frequency), and shared by all Hq + Hk heads; c and n are formed in
@@ -320,6 +336,24 @@ typedef struct rp_rope_pool_args {
  * overflow to infinity though the float64 result is finite). The pass-through
  * dims R..D-1 of q_rot, k_rot and k_pool, and v into v_pool, are copied bit for bit. The same
  * inputs give bit-identical outputs for any thread count.
+ *
+ * QK-norm numerics: the sum of the D squares is accumulated in float64 (each square of a float32
+ * is exact there), 1 / sqrt(sum / D + eps) and the factor (w[i] + offset) are formed in float64,
+ * and y[i] is rounded to float32 once. Every rotated output is then within one ulp of its dtype
+ * plus 10 * 2^-24 * s * (|y[a]| + |y[b]|) + s * 2^-148 of the float64 formula (y the float64
+ * normalised value, no intermediate rounding; the last term covers normalised values below
+ * float32's normal range, whose rounding is absolute), the pass-through dims within one ulp plus
+ * 2 * 2^-24 * |y[i]| + 2^-149, on every backend and for every dtype (float32 included). transformers' Qwen3RMSNorm and
+ * Gemma3RMSNorm differ: they round the normalised value x * rstd to the input dtype before
+ * multiplying by the weight (and multiply in that dtype), and their RoPE rounds cos, sin, both
+ * products and the sum to the dtype: for bfloat16 inputs the two results differ by up to a few
+ * 2^-8 * (|y[a]| + |y[b]|) (measured 2.2 times that on a random Qwen3 config; ours is the one
+ * within the bound above), for float32 by their float32 angle and mean of squares. Weights are read
+ * as given: a NaN weight gives NaN outputs. The outputs must not overlap the weights.
+ * CPU calls with QK-norm and head_dim > 512 run on the reference kernel. CUDA normalises on its
+ * vectorized kernels (head rows contiguous and 16-byte aligned, head_dim / 2 and rotary_dim / 2
+ * multiples of the 16-byte vector, head_dim / 2 / vector a power of two up to 32); other QK-norm
+ * calls on CUDA are RP_ERR_UNSUPPORTED.
  *
  * Pools (kv_layout). Slot s >= 0 is row s of a flat pool [P, Hk, D], and row s % block_size of
  * block s / block_size of a paged one: NHD [num_blocks, block_size, Hk, D] or HND [num_blocks,
@@ -356,8 +390,10 @@ typedef struct rp_rope_pool_args {
  * (with kv_layout, the pool rank and shape checks name the layout; with v_head_dim, v's and
  * v_pool's; the last one stands for every pool dtype that is not fp8), then ours: dtypes,
  * head_dim and counts, rope_base, extension fields (style, rotary_dim, each inv_freq entry,
- * attention_scaling, mrope_section and mrope_interleaved, k_scale / v_scale: > 0 and finite, other than 1 only with fp8 pools; a
- * pointer's value is checked on the CPU before anything is written), output shapes and dtypes,
+ * attention_scaling, mrope_section and mrope_interleaved, k_scale / v_scale: > 0 and finite,
+ * other than 1 only with fp8 pools; a pointer's value is checked on the CPU before anything is
+ * written; the QK-norm weights' dtypes, alignment, norm_eps and norm_weight_offset), output
+ * shapes and dtypes,
  * devices, NULL data, alignment, strides, read-only outputs, overlaps, and last the slot values
  * (any slot >= P = num_blocks * block_size, and a slot named by two tokens).
  *

@@ -40,6 +40,12 @@ char *rp_format_shape(char *buf, size_t size, const rp_tensor *t);
 /* Everything a kernel needs, after validation: sizes, base pointers and strides in elements for
  * the [token, head, dim] axes of q, k, v, q_rot, k_rot and the [block, row, head, dim] axes of the
  * pools. Kernels trust it completely. */
+/* One QK-norm weight: D contiguous elements of dtype (RP_F32 or the inputs' dtype). */
+typedef struct rp_norm_weight {
+    const void *data;
+    rp_dtype dtype;
+} rp_norm_weight;
+
 typedef struct rp_problem {
     int64_t num_tokens;   /* T  */
     int64_t num_qo_heads; /* Hq */
@@ -97,6 +103,11 @@ typedef struct rp_problem {
     int32_t mrope_section[3];
     int mrope_interleaved;
     int64_t pos_row_stride;
+
+    /* QK-norm: the [D] weights of q and k heads (data NULL = that side is not normalised), eps
+     * and the offset added to every weight. */
+    rp_norm_weight q_norm, k_norm;
+    double norm_eps, norm_offset;
 } rp_problem;
 
 #if defined(__CUDACC__)
@@ -116,6 +127,12 @@ static inline RP_HOST_DEVICE int rp_mrope_row(const int32_t section[3], int inte
     const int m = (int)(j % 3);
     return m == 1 && j < 3 * (int64_t)section[1] ? 1 : m == 2 && j < 3 * (int64_t)section[2] ? 2 : 0;
 }
+
+/* Float64 pieces of the QK-norm formula, shared by the reference kernel, the verifier and the
+ * CPU kernels (src/ref/rope_pool_ref.c): w[i] + offset, and 1 / sqrt(mean(x^2) + eps) of head h
+ * of row t of src (dtype p->dtype, strides [token, head, dim]). */
+double rp_norm_gain(const rp_problem *p, const rp_norm_weight *w, int64_t i);
+double rp_norm_rstd(const rp_problem *p, const void *src, const int64_t stride[3], int64_t t, int64_t h);
 
 /* Element offset of head h of pool row `slot` (>= 0, < pool_size) in a pool with strides
  * stride[4] ([block, row, head, dim]). Every backend and the verifier address pool rows through

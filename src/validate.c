@@ -231,6 +231,40 @@ static rp_status check_variant(const rp_rope_pool_args *a, rp_err *err)
     return RP_OK;
 }
 
+/* QK-norm: each weight's dtype (q's or float32) and alignment; eps and offset need a weight, and
+ * with one eps must be positive and finite (no default: it is the model's) and offset finite. */
+static rp_status check_norm(const rp_rope_pool_args *a, rp_err *err)
+{
+    const rp_status bad = RP_ERR_INVALID_ARGUMENT;
+    const char *names[2] = {"q_norm_weight", "k_norm_weight"};
+    const void *data[2] = {a->q_norm_weight, a->k_norm_weight};
+    const int32_t dtypes[2] = {a->q_norm_weight_dtype, a->k_norm_weight_dtype};
+    for (int i = 0; i < 2; i++) {
+        const rp_dtype dt = (rp_dtype)(dtypes[i] ? dtypes[i] : a->q.dtype);
+        if (data[i] == NULL && dtypes[i] != 0)
+            return rp_fail(err, bad, "%s_dtype is %s but %s is NULL", names[i], rp_dtype_name(dt), names[i]);
+        if (dt != RP_F32 && dt != (rp_dtype)a->q.dtype)
+            return rp_fail(err, bad, "%s dtype must be q's dtype %s or float32, got %s", names[i],
+                           rp_dtype_name((rp_dtype)a->q.dtype), rp_dtype_name(dt));
+        if ((uintptr_t)data[i] % rp_dtype_size(dt) != 0 && !(a->flags & RP_VALIDATE_ONLY))
+            return rp_fail(err, bad, "%s %p is not aligned to its %zu-byte %s elements", names[i], data[i],
+                           rp_dtype_size(dt), rp_dtype_name(dt));
+    }
+    if (data[0] == NULL && data[1] == NULL) {
+        if (a->norm_eps != 0.0 || a->norm_weight_offset != 0.0)
+            return rp_fail(err, bad, "norm_eps %g and norm_weight_offset %g need q_norm_weight or "
+                           "k_norm_weight: both are NULL", a->norm_eps, a->norm_weight_offset);
+        return RP_OK;
+    }
+    if (!(isfinite(a->norm_eps) && a->norm_eps > 0.0))
+        return rp_fail(err, bad, "norm_eps must be a positive finite number with a QK-norm weight "
+                       "(the model's rms_norm_eps, e.g. 1e-06), got %g", a->norm_eps);
+    if (!isfinite(a->norm_weight_offset))
+        return rp_fail(err, bad, "norm_weight_offset must be finite (0, or 1 for (1 + w) weights), got %g",
+                       a->norm_weight_offset);
+    return RP_OK;
+}
+
 static rp_status check_scalars(const rp_rope_pool_args *a, rp_err *err)
 {
     const rp_status bad = RP_ERR_INVALID_ARGUMENT;
@@ -261,7 +295,7 @@ static rp_status check_scalars(const rp_rope_pool_args *a, rp_err *err)
     if (!(isfinite(a->rope_base) && a->rope_base > 0.0))
         return rp_fail(err, bad, "rope_base must be a positive finite number, got %g", a->rope_base);
 
-    if ((st = check_variant(a, err)) != RP_OK)
+    if ((st = check_variant(a, err)) != RP_OK || (st = check_norm(a, err)) != RP_OK)
         return st;
     if ((st = check_scale(a, "k_scale", a->k_scale, a->k_scale_ptr, err)) != RP_OK ||
         (st = check_scale(a, "v_scale", a->v_scale, a->v_scale_ptr, err)) != RP_OK)
@@ -401,6 +435,16 @@ static rp_status check_memory(const rp_rope_pool_args *a, rp_err *err)
             if (ranges_meet(ext, empty, 5 + o, 5 + p) && rp_tensors_overlap(out, outputs[p].t))
                 return rp_fail(err, RP_ERR_OVERLAP, "%s overlaps %s: outputs must not share memory",
                                outputs[o].name, outputs[p].name);
+        /* The QK-norm weights are inputs too: [D] contiguous, described here as tensors. */
+        const void *weights[2] = {a->q_norm_weight, a->k_norm_weight};
+        const int32_t wdt[2] = {a->q_norm_weight_dtype, a->k_norm_weight_dtype};
+        for (int w = 0; w < 2; w++) {
+            const rp_tensor wt = rp_tensor_1d((void *)weights[w], (rp_dtype)(wdt[w] ? wdt[w] : a->q.dtype),
+                                              a->head_dim);
+            if (weights[w] != NULL && !empty[5 + o] && rp_tensors_overlap(out, &wt))
+                return rp_fail(err, RP_ERR_OVERLAP, "%s overlaps %s: outputs must not share memory with inputs",
+                               outputs[o].name, w ? "k_norm_weight" : "q_norm_weight");
+        }
     }
     return RP_OK;
 }
@@ -485,6 +529,12 @@ rp_status rp_validate(const rp_rope_pool_args *a, rp_problem *p, rp_err *err)
     p->mrope_interleaved = (int)a->mrope_interleaved;
     for (int r = 0; r < 3; r++) /* without mRoPE, {R/2, 0, 0}: row 0 for every frequency */
         p->mrope_section[r] = p->mrope ? a->mrope_section[r] : r == 0 ? (int32_t)(p->rotary_dim / 2) : 0;
+    p->q_norm.data = a->q_norm_weight;
+    p->q_norm.dtype = (rp_dtype)(a->q_norm_weight_dtype ? a->q_norm_weight_dtype : a->q.dtype);
+    p->k_norm.data = a->k_norm_weight;
+    p->k_norm.dtype = (rp_dtype)(a->k_norm_weight_dtype ? a->k_norm_weight_dtype : a->q.dtype);
+    p->norm_eps = a->norm_eps;
+    p->norm_offset = a->norm_weight_offset;
     return RP_OK;
 }
 

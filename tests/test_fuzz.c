@@ -178,6 +178,22 @@ static void fuzz_one(int call, int *ok_calls)
     } else if (chance(2)) {
         a.mrope_interleaved = 1; /* without a section */
     }
+    /* QK-norm: mostly none; weights of q's dtype or float32 (sometimes an integer dtype, a
+     * misaligned pointer, or one into the arena, where outputs may lie), eps and offset mostly
+     * valid, sometimes an eps without a weight. */
+    static float weights[2][64];
+    if (chance(30)) {
+        const rp_dtype wdt = chance(50) ? RP_F32 : chance(5) ? RP_I32 : dt == RP_F64 ? RP_F32 : dt;
+        for (int w = 0; w < 2; w++)
+            for (int64_t i = 0; i < D; i++)
+                test_store(weights[w], wdt == RP_I32 ? RP_F32 : wdt, i, rng_uniform(&rng, -1.0, 2.0));
+        a.q_norm_weight = chance(30) ? NULL : chance(5) ? (const char *)weights[0] + 1 : (const void *)weights[0];
+        a.k_norm_weight = chance(30) ? NULL : chance(5) ? (const void *)(arena + pick(0, ARENA - 256)) : weights[1];
+        a.q_norm_weight_dtype = a.q_norm_weight && wdt == dt && chance(50) ? 0 : wdt;
+        a.k_norm_weight_dtype = wdt;
+        a.norm_eps = chance(5) ? 0.0 : chance(5) ? NAN : 1e-6;
+        a.norm_weight_offset = chance(50) ? 0.0 : chance(5) ? INFINITY : 1.0;
+    }
 
     /* Index values go into the arena before the snapshot (they are inputs). Slots: mostly
      * distinct in range, some negative, sometimes out of range or repeated. */

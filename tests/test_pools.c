@@ -550,15 +550,7 @@ static void test_v_head_dim_writes_mla_latent_rows(void)
 
 int main(void)
 {
-    check_forced_level();
-    rp_context_options o = {0};
-    o.num_threads = 2;
-    char msg[256];
-    if (rp_context_create(&o, &ctx, msg, sizeof msg) != RP_OK) {
-        fprintf(stderr, "context: %s\n", msg);
-        return 2;
-    }
-    printf("CPU kernels: %s\n", rp_cpu_kernel_name());
+    ctx = level_suite_context();
     RUN(test_quantiser_matches_the_library_converter);
     RUN(test_fp8_pools_hold_the_correctly_rounded_rotation);
     RUN(test_fp8_pools_with_every_rope_variant);

@@ -27,6 +27,23 @@ static inline void check_forced_level(void)
           rp_cpu_kernel_name());
 }
 
+/* The start of a per-level suite: check_forced_level, then a context of two threads (exits 2 when
+ * it cannot be made), and the level that runs, printed. */
+static inline rp_context *level_suite_context(void)
+{
+    check_forced_level();
+    rp_context_options o = {0};
+    o.num_threads = 2;
+    char msg[256];
+    rp_context *ctx = NULL;
+    if (rp_context_create(&o, &ctx, msg, sizeof msg) != RP_OK) {
+        fprintf(stderr, "context: %s\n", msg);
+        exit(2);
+    }
+    printf("CPU kernels: %s\n", rp_cpu_kernel_name());
+    return ctx;
+}
+
 /* Checks finished outputs (described by `out`, host memory) against inputs described by `in`
  * (the same call, except the original q and k for an in-place call) with the float64 formula. */
 static inline void verify_outputs(const rp_rope_pool_args *in, const rp_rope_pool_args *out, const char *what)
@@ -204,6 +221,51 @@ static inline int mrope_section_for(int kind, int64_t H, int32_t s[3])
     case 3: s[1] = s[2] = h / 3; s[0] = h - 2 * (h / 3); return 1;          /* [24, 20, 20] */
     case 4: s[0] = h - h / 3; s[1] = 0; s[2] = h / 3; return 1;
     default: s[0] = h; s[1] = s[2] = 0; return 1;
+    }
+}
+
+/* ---- QK-norm ------------------------------------------------------------------------------------ */
+
+/* Which weights a case gives. */
+enum { NORM_BOTH = 0, NORM_Q = 1, NORM_K = 2 };
+
+/* A QK-norm case's weights, owned by the caller: [D] of dtype wdt, values around 1 - offset (so
+ * that w + offset is of order 1, as in trained models), some negative and one exactly -offset. */
+typedef struct norm_weights {
+    void *q, *k;
+} norm_weights;
+
+static inline void set_norm(test_rng *rng, fixture *f, norm_weights *w, int which, rp_dtype wdt, double offset)
+{
+    rp_rope_pool_args *a = &f->args;
+    const size_t e = rp_dtype_size(wdt);
+    w->q = test_alloc((size_t)f->D * e);
+    w->k = test_alloc((size_t)f->D * e);
+    for (int64_t i = 0; i < f->D; i++) {
+        test_store(w->q, wdt, i, i == 3 ? -offset : 1.0 - offset + rng_uniform(rng, -0.9, 0.9));
+        test_store(w->k, wdt, i, 1.0 - offset + rng_uniform(rng, -1.5, 1.5));
+    }
+    a->q_norm_weight = which == NORM_K ? NULL : w->q;
+    a->k_norm_weight = which == NORM_Q ? NULL : w->k;
+    a->q_norm_weight_dtype = which == NORM_K || wdt == f->dtype ? 0 : wdt;
+    a->k_norm_weight_dtype = which == NORM_Q ? 0 : wdt;
+    a->norm_eps = 1e-6;
+    a->norm_weight_offset = offset;
+}
+
+/* Heads of very different scales (the norm must remove it): head h of every token times 10^(h % 5
+ * - 2), and one all-zero head (rstd = 1 / sqrt(eps)). */
+static inline void scale_heads(fixture *f)
+{
+    for (int64_t t = 0; t < f->T; t++) {
+        for (int64_t h = 0; h < f->Hq; h++)
+            for (int64_t i = 0; i < f->D; i++) {
+                const int64_t at = (t * f->Hq + h) * f->D + i;
+                const double x = test_load(f->q, f->dtype, at);
+                test_store(f->q, f->dtype, at, t == 1 && h == 0 ? 0.0 : x * pow(10.0, (double)(h % 5) - 2));
+            }
+        for (int64_t at = t * f->Hk * f->D; at < (t + 1) * f->Hk * f->D; at++)
+            test_store(f->k, f->dtype, at, test_load(f->k, f->dtype, at) * (t % 2 ? 300.0 : 0.004));
     }
 }
 

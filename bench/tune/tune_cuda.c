@@ -137,7 +137,8 @@ int main(int argc, char **argv)
         arena = Ts[t] * sets_opt > arena ? Ts[t] * sets_opt : arena;
     if (arena > pool) { fprintf(stderr, "T x sets exceeds the pool\n"); return 2; }
 
-    const bench_layout L = {hq, hk, d, pool, 500000.0, dtype, RP_I64, 0, 0, NULL, 0.0, RP_KV_FLAT, 1, RP_DTYPE_UNSET, {0, 0, 0}, 0, 1};
+    const bench_layout L = {hq, hk, d, pool, 500000.0, dtype, RP_I64, 0, 0, NULL, 0.0, RP_KV_FLAT, 1, RP_DTYPE_UNSET, {0, 0, 0}, 0, 1,
+                            NULL, NULL};
     bench_buffers b;
     memset(&b, 0, sizeof b);
     const size_t es = rp_dtype_size(dtype);

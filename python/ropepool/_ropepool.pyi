@@ -35,6 +35,10 @@ def rope_pool_fused(
     v_scale: Any = 1.0,
     mrope_section: Optional[Sequence[int]] = None,
     mrope_interleaved: bool = False,
+    q_norm_weight: Optional[_Array] = None,
+    k_norm_weight: Optional[_Array] = None,
+    norm_eps: Optional[float] = None,
+    norm_weight_offset: float = 0.0,
     q_out: Optional[_Array] = None,
     k_out: Optional[_Array] = None,
 ) -> Tuple[_Array, _Array, _Pool, _Pool]: ...

@@ -164,6 +164,10 @@ def rope_pool_fused(
     v_scale=1.0,
     mrope_section=None,
     mrope_interleaved=False,
+    q_norm_weight=None,
+    k_norm_weight=None,
+    norm_eps=None,
+    norm_weight_offset=0.0,
     q_out=None,
     k_out=None,
     threads=None,
@@ -188,6 +192,9 @@ def rope_pool_fused(
         kv_cache_dtype, k_scale, v_scale: fp8 pools stored as uint8 ("fp8_e4m3", "fp8_e5m2").
         mrope_section, mrope_interleaved: multimodal RoPE (Qwen2-VL / Qwen2.5-VL chunks, Qwen3-VL
             interleaved), as ropepool.rope_pool_fused.
+        q_norm_weight, k_norm_weight, norm_eps, norm_weight_offset: QK-norm, not available on
+            MLX yet (the primitive takes no weight arrays): refused; apply the RMSNorm to q and k
+            with mx.fast.rms_norm first.
         q_out, k_out: not available on MLX (arrays are immutable): use the returned q_rot, k_rot.
         threads: at most this many CPU threads for this call (default: ROPEPOOL_NUM_THREADS or
             one per CPU).
@@ -201,6 +208,11 @@ def rope_pool_fused(
         raise RopePoolError(
             "q_out/k_out are not supported on MLX arrays, which are immutable: use the returned "
             "q_rot and k_rot"
+        )
+    if q_norm_weight is not None or k_norm_weight is not None or norm_eps is not None or norm_weight_offset != 0.0:
+        raise RopePoolError(
+            "q_norm_weight/k_norm_weight (QK-norm) are not supported on MLX arrays yet: apply the "
+            "RMSNorm to q and k first (mx.fast.rms_norm), or call ropepool.rope_pool_fused on NumPy arrays"
         )
     if kv_layout != "flat":
         raise RopePoolError(

@@ -47,6 +47,10 @@ EXTENSIONS = (
     ("v_head_dim", "int? v_head_dim=None", None),
     ("mrope_section", "int[]? mrope_section=None", None),
     ("mrope_interleaved", "bool mrope_interleaved=False", False),
+    ("q_norm_weight", "Tensor? q_norm_weight=None", None),
+    ("k_norm_weight", "Tensor? k_norm_weight=None", None),
+    ("norm_eps", "float? norm_eps=None", None),  # None: 1e-6 with a weight (the binding's default)
+    ("norm_weight_offset", "float norm_weight_offset=0.0", 0.0),
 )
 INPUTS = "Tensor q, Tensor k, Tensor v, Tensor positions, Tensor slots, "
 KEYWORDS = (", *, int head_dim, int num_qo_heads, int num_kv_heads, float rope_base, "
@@ -122,8 +126,8 @@ def _scale_tensor(scale):
 def call_op(q, k, v, positions, slots, k_pool, v_pool, *, head_dim, num_qo_heads, num_kv_heads,
             rope_base, threads=None, checked=False, is_neox=True, rotary_dim=None, inv_freq=None,
             attention_scaling=1.0, kv_layout="flat", kv_cache_dtype="auto", k_scale=1.0,
-            v_scale=1.0, v_head_dim=None, mrope_section=None, mrope_interleaved=False, q_out=None,
-            k_out=None):
+            v_scale=1.0, v_head_dim=None, mrope_section=None, mrope_interleaved=False, q_norm_weight=None,
+            k_norm_weight=None, norm_eps=None, norm_weight_offset=0.0, q_out=None, k_out=None):
     """``ropepool.rope_pool_fused`` through the operator: same arguments, same results
     ``(q_rot, k_rot, k_pool, v_pool)``. What Dynamo traces in place of the C call."""
     if inv_freq is not None and not isinstance(inv_freq, torch.Tensor):
@@ -135,7 +139,8 @@ def call_op(q, k, v, positions, slots, k_pool, v_pool, *, head_dim, num_qo_heads
         rotary_dim=rotary_dim, inv_freq=inv_freq, attention_scaling=attention_scaling,
         kv_layout=kv_layout, kv_cache_dtype=kv_cache_dtype, k_scale=k_scale, v_scale=v_scale,
         v_head_dim=v_head_dim, mrope_section=None if mrope_section is None else list(mrope_section),
-        mrope_interleaved=mrope_interleaved)
+        mrope_interleaved=mrope_interleaved, q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight,
+        norm_eps=norm_eps, norm_weight_offset=norm_weight_offset)
     if q_out is None and k_out is None:
         q_rot, k_rot = rope_pool_fused.default(q, k, v, positions, slots, k_pool, v_pool, **keywords)
         return q_rot, k_rot, k_pool, v_pool

@@ -23,7 +23,8 @@ enum {
     P_HEAD_DIM, P_NUM_QO_HEADS, P_NUM_KV_HEADS, P_ROPE_BASE,          /* required keyword-only   */
     P_THREADS, P_CHECKED, P_IS_NEOX, P_ROTARY_DIM, P_INV_FREQ,        /* optional keyword-only   */
     P_ATTENTION_SCALING, P_KV_LAYOUT, P_V_HEAD_DIM, P_KV_CACHE_DTYPE, P_K_SCALE, P_V_SCALE,
-    P_MROPE_SECTION, P_MROPE_INTERLEAVED, P_Q_OUT, P_K_OUT,
+    P_MROPE_SECTION, P_MROPE_INTERLEAVED, P_Q_NORM_WEIGHT, P_K_NORM_WEIGHT, P_NORM_EPS, P_NORM_WEIGHT_OFFSET,
+    P_Q_OUT, P_K_OUT,
     NUM_PARAMS,
     NUM_ARRAYS = P_HEAD_DIM,
     NUM_REQUIRED = P_THREADS,
@@ -36,11 +37,12 @@ static const char *const param_names[NUM_PARAMS] = {
     "head_dim", "num_qo_heads", "num_kv_heads", "rope_base",
     "threads", "checked", "is_neox", "rotary_dim", "inv_freq",
     "attention_scaling", "kv_layout", "v_head_dim", "kv_cache_dtype", "k_scale", "v_scale",
-    "mrope_section", "mrope_interleaved", "q_out", "k_out",
+    "mrope_section", "mrope_interleaved", "q_norm_weight", "k_norm_weight", "norm_eps", "norm_weight_offset",
+    "q_out", "k_out",
 };
 /* Keywords whose default is None: None means "not given". */
-static const int none_defaults[] = {P_THREADS, P_ROTARY_DIM, P_INV_FREQ, P_V_HEAD_DIM, P_MROPE_SECTION, P_Q_OUT,
-                                    P_K_OUT};
+static const int none_defaults[] = {P_THREADS,       P_ROTARY_DIM,    P_INV_FREQ, P_V_HEAD_DIM, P_MROPE_SECTION,
+                                    P_Q_NORM_WEIGHT, P_K_NORM_WEIGHT, P_NORM_EPS, P_Q_OUT,      P_K_OUT};
 static PyObject *param_strings[NUM_PARAMS]; /* interned */
 
 int rpy_call_init(void)
@@ -56,7 +58,7 @@ const char rpy_rope_pool_fused_doc[] =
     "num_qo_heads, num_kv_heads, rope_base, threads=None, checked=False, is_neox=True, "
     "rotary_dim=None, inv_freq=None, attention_scaling=1.0, kv_layout='flat', v_head_dim=None, "
     "kv_cache_dtype='auto', k_scale=1.0, v_scale=1.0, mrope_section=None, mrope_interleaved=False, "
-    "q_out=None, k_out=None)\n"
+    "q_norm_weight=None, k_norm_weight=None, norm_eps=None, norm_weight_offset=0.0, q_out=None, k_out=None)\n"
     "--\n"
     "\n"
     "Apply RoPE to q and k, and write the rotated keys and the values into the KV pool.\n"
@@ -96,6 +98,13 @@ const char rpy_rope_pool_fused_doc[] =
     "        in consecutive chunks (j < t: t; j < t + h: h; else w).\n"
     "    mrope_interleaved: Qwen3-VL's rule instead: h where j % 3 == 1 and j < 3h, w where\n"
     "        j % 3 == 2 and j < 3w, t elsewhere. Needs mrope_section.\n"
+    "    q_norm_weight, k_norm_weight: [head_dim] weights (q's dtype or float32, q's device) of\n"
+    "        the per-head RMSNorm applied to q / k before RoPE (Qwen3, Gemma 3): each head becomes\n"
+    "        x / sqrt(mean(x^2) + norm_eps) * (w + norm_weight_offset), in float64 with one\n"
+    "        float32 rounding. Either may be given alone.\n"
+    "    norm_eps: the model's rms_norm_eps (default 1e-6, Qwen3's and Gemma 3's, when a weight\n"
+    "        is given).\n"
+    "    norm_weight_offset: 1.0 for Gemma's (1 + w) weights (default 0.0).\n"
     "    q_out, k_out: arrays of q's / k's shape, dtype and device (any strides) that receive\n"
     "        q_rot / k_rot and are returned; q_out=q, k_out=k rotate in place.\n"
     "\n"
@@ -197,6 +206,8 @@ static int scalar_arguments(PyObject *const values[NUM_PARAMS], rp_rope_pool_arg
         optional_integer(values[P_ROTARY_DIM], "rotary_dim", small, big, &rotary_dim) < 0 ||
         optional_integer(values[P_V_HEAD_DIM], "v_head_dim", small, big, &v_head_dim) < 0 ||
         optional_float(values[P_ATTENTION_SCALING], "attention_scaling", &a->attention_scaling) < 0 ||
+        optional_float(values[P_NORM_EPS], "norm_eps", &a->norm_eps) < 0 ||
+        optional_float(values[P_NORM_WEIGHT_OFFSET], "norm_weight_offset", &a->norm_weight_offset) < 0 ||
         rpy_is_neox(values[P_IS_NEOX], &a->style) < 0 || rpy_kv_layout(values[P_KV_LAYOUT], &a->kv_layout) < 0 ||
         rpy_kv_cache_dtype(values[P_KV_CACHE_DTYPE], kv_cache_dtype) < 0 ||
         rpy_mrope(values[P_MROPE_SECTION], values[P_MROPE_INTERLEAVED], a->mrope_section, &a->mrope_interleaved) < 0)
@@ -299,6 +310,40 @@ static int frequency_argument(PyObject *obj, rp_rope_pool_args *a, double *freqs
     if (rpy_inv_freq(obj, R / 2, freqs) < 0)
         return -1;
     a->inv_freq = freqs;
+    return 0;
+}
+
+/* The QK-norm weights, described in q's framework: the library takes a pointer to [head_dim]
+ * contiguous elements and their dtype, so their rank, length, contiguity and device (what a pointer
+ * does not carry) are checked here; dtype and everything else by the library. norm_eps not given
+ * is 1e-6 (Qwen3's and Gemma 3's rms_norm_eps) when a weight is, else not set. */
+static int norm_arguments(const rpy_framework *fw, PyObject *const values[NUM_PARAMS], rp_rope_pool_args *a)
+{
+    const int index[2] = {P_Q_NORM_WEIGHT, P_K_NORM_WEIGHT};
+    const void **data[2] = {&a->q_norm_weight, &a->k_norm_weight};
+    int32_t *dtype[2] = {&a->q_norm_weight_dtype, &a->k_norm_weight_dtype};
+    for (int i = 0; i < 2; i++) {
+        rp_tensor w;
+        if (values[index[i]] == NULL)
+            continue;
+        if (array_argument(fw, values, index[i], &w) < 0)
+            return -1;
+        if (w.ndim != 1 || w.shape[0] != a->head_dim || (w.shape[0] > 1 && w.strides[0] != 1)) {
+            PyObject *shape = PyObject_GetAttrString(values[index[i]], "shape");
+            if (shape != NULL)
+                rpy_refuse("%s must be a contiguous 1-D array of head_dim = %lld weights, got shape %S%s",
+                           param_names[index[i]], (long long)a->head_dim, shape,
+                           w.ndim == 1 && w.shape[0] == a->head_dim ? " with a stride" : "");
+            Py_XDECREF(shape);
+            return -1;
+        }
+        if (w.device.type != a->q.device.type || w.device.index != a->q.device.index)
+            return rpy_refuse("%s must be on q's device", param_names[index[i]]);
+        *data[i] = w.data;
+        *dtype[i] = w.dtype;
+    }
+    if (values[P_NORM_EPS] == NULL && (a->q_norm_weight != NULL || a->k_norm_weight != NULL))
+        a->norm_eps = 1e-6;
     return 0;
 }
 
@@ -455,20 +500,24 @@ static int prepare_arguments(PyObject *const values[NUM_PARAMS], prepared_call *
     if (fw == NULL || rpy_pool_format(values[P_KV_CACHE_DTYPE], kv_cache_dtype, &a->k_pool, &a->pool_dtype) < 0 ||
         rpy_scale(values[P_K_SCALE], "k_scale", a->q.device, &a->k_scale, &a->k_scale_ptr) < 0 ||
         rpy_scale(values[P_V_SCALE], "v_scale", a->q.device, &a->v_scale, &a->v_scale_ptr) < 0 ||
-        frequency_argument(values[P_INV_FREQ], a, c->freqs, STACK_FREQS, &c->owned_freqs) < 0)
+        frequency_argument(values[P_INV_FREQ], a, c->freqs, STACK_FREQS, &c->owned_freqs) < 0 ||
+        norm_arguments(fw, values, a) < 0)
         return -1;
     stamp(stamps, ST_ARRAYS);
     if (fw->check_autograd != NULL) {
-        PyObject *objs[NUM_ARRAYS + 2];
-        const char *names[NUM_ARRAYS + 2];
-        /* q, k, v read; the pools and the caller's outputs written. positions and slots are
-         * integer tensors, which cannot require grad. */
-        static const int checked[] = {P_Q, P_K, P_V, P_K_POOL, P_V_POOL, P_Q_OUT, P_K_OUT};
-        int n = 0;
+        PyObject *objs[NUM_ARRAYS + 4];
+        const char *names[NUM_ARRAYS + 4];
+        /* q, k, v and the norm weights read; the pools and the caller's outputs written.
+         * positions and slots are integer tensors, which cannot require grad. */
+        static const int checked[] = {P_Q, P_K, P_V, P_Q_NORM_WEIGHT, P_K_NORM_WEIGHT, P_K_POOL, P_V_POOL,
+                                      P_Q_OUT, P_K_OUT};
+        int n = 0, num_read = 0;
         for (size_t i = 0; i < sizeof checked / sizeof checked[0]; i++)
-            if (values[checked[i]] != NULL)
+            if (values[checked[i]] != NULL) {
                 objs[n] = values[checked[i]], names[n++] = param_names[checked[i]];
-        if (fw->check_autograd(objs, names, 3, n) < 0)
+                num_read += i < 5;
+            }
+        if (fw->check_autograd(objs, names, num_read, n) < 0)
             return -1;
     }
     stamp(stamps, ST_AUTOGRAD);

@@ -73,7 +73,8 @@ def test_signature_is_introspectable(ropepool):
     assert keyword_only[:4] == ["head_dim", "num_qo_heads", "num_kv_heads", "rope_base"]
     assert set(keyword_only[4:]) == {"threads", "checked", "is_neox", "rotary_dim", "inv_freq", "attention_scaling",
                                      "kv_layout", "v_head_dim", "kv_cache_dtype", "k_scale", "v_scale",
-                                     "mrope_section", "mrope_interleaved", "q_out", "k_out"}
+                                     "mrope_section", "mrope_interleaved", "q_norm_weight", "k_norm_weight",
+                                     "norm_eps", "norm_weight_offset", "q_out", "k_out"}
 
 
 def test_numpy_integers_and_int_rope_base_are_accepted(ropepool, fw):

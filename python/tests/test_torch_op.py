@@ -59,7 +59,8 @@ def test_operator_schema_has_the_seed_arguments_and_every_extension_keyword(rope
     assert set(names[7:]) == {"head_dim", "num_qo_heads", "num_kv_heads", "rope_base", "threads", "checked",
                               "is_neox", "rotary_dim", "inv_freq", "attention_scaling", "kv_layout",
                               "kv_cache_dtype", "k_scale", "v_scale", "v_head_dim", "mrope_section",
-                              "mrope_interleaved"}
+                              "mrope_interleaved", "q_norm_weight", "k_norm_weight", "norm_eps",
+                              "norm_weight_offset"}
     mutated = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
     assert mutated == ["k_pool", "v_pool"]
     assert all(r.alias_info is None for r in schema.returns)  # fresh q_rot and k_rot

@@ -5,7 +5,10 @@
 #ifndef RP_CPU_KERNELS_H
 #define RP_CPU_KERNELS_H
 
+#include "../dtype.h"
 #include "../internal.h"
+
+#include <math.h>
 
 void rp_cpu_fill_portable(rp_cpu_kernels *table);
 
@@ -42,5 +45,56 @@ static inline int64_t rp_cpu_bytes_moved(const rp_problem *p)
  * attention that follows reads them. Measured on Zen 4 (32 MiB L3, Llama-3-8B shapes, 2 threads):
  * ordinary stores win 1.8x at 13.6 MB, streaming wins 1.8x at 27 MB. */
 #define RP_STREAM_MIN_BYTES ((int64_t)16 << 20)
+
+/* QK-norm on the fast CPU levels: each head row is normalised once into a float32 row of at most
+ * this many dims, which the rotation then reads (a head of one frequency chunk: 2 * 256 dims).
+ * Wider normalised heads take the reference kernel (rope_pool_cpu.c). */
+enum { RP_CPU_NORM_MAX_DIM = 512 };
+
+static inline int rp_cpu_norm_fits(const rp_problem *p)
+{
+    return (p->q_norm.data == NULL && p->k_norm.data == NULL) || p->head_dim <= RP_CPU_NORM_MAX_DIM;
+}
+
+/* Element i of src (dtype dt: f32, f16 or bf16) as a float32, exactly. */
+static inline float rp_cpu_load(rp_dtype dt, const void *src, int64_t i)
+{
+    return dt == RP_F32 ? ((const float *)src)[i]
+         : dt == RP_F16 ? rp_f16_bits_to_float(((const uint16_t *)src)[i])
+                        : rp_bf16_bits_to_float(((const uint16_t *)src)[i]);
+}
+
+/* gain[i] = w[i] + offset in float64 for i < D (rp_norm_gain's value, inline: it runs once per
+ * slice, which at one token is a call's whole work), or NULL when w is not given. */
+static inline const double *rp_cpu_norm_gains(const rp_problem *p, const rp_norm_weight *w, double *gain)
+{
+    for (int64_t i = 0; w->data != NULL && i < p->head_dim; i++)
+        gain[i] = (double)rp_cpu_load(w->dtype, w->data, i) + p->norm_offset;
+    return w->data != NULL ? gain : NULL;
+}
+
+/* The D elements of one head row src (dtype dt) normalised into y: the sum of squares in float64
+ * (a float32's square is exact there, so FMA contraction cannot change it; eight partial sums in
+ * a fixed order, which compilers vectorise, so every level gets the same bits), rstd =
+ * 1 / sqrt(sum / D + eps) and gain[i] * rstd in float64, then y[i] = float32(x[i] * that): one
+ * rounding, the header's "no intermediate rounding". */
+static inline void rp_cpu_norm_row(const rp_problem *p, rp_dtype dt, const char *src, const double *gain,
+                                   float *y)
+{
+    const int64_t D = p->head_dim;
+    for (int64_t i = 0; i < D; i++)
+        y[i] = rp_cpu_load(dt, src, i);
+    double acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= D; i += 8)
+        for (int l = 0; l < 8; l++)
+            acc[l] += (double)y[i + l] * (double)y[i + l];
+    for (; i < D; i++)
+        acc[0] += (double)y[i] * (double)y[i];
+    const double sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    const double rstd = 1.0 / sqrt(sum / (double)D + p->norm_eps);
+    for (i = 0; i < D; i++)
+        y[i] = (float)((double)y[i] * (gain[i] * rstd));
+}
 
 #endif /* RP_CPU_KERNELS_H */

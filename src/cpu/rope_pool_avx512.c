@@ -301,6 +301,18 @@ static RP_ALWAYS_INLINE void simd_copy(int stream, char *dst, const char *src, i
     }
 }
 
+static RP_ALWAYS_INLINE void simd_narrow(rp_dtype dt, int stream, char *dst, const float *src, int64_t n)
+{
+    const int64_t elem = dt == RP_F32 ? 4 : 2, lanes = LINE_LANES(dt);
+    for (int64_t j = 0; j < n; j += lanes) {
+        const __mmask32 m = n - j >= lanes ? ALL32 : (__mmask32)((1u << (n - j)) - 1);
+        line v;
+        v.lo = _mm512_maskz_loadu_ps((__mmask16)m, src + j);
+        v.hi = dt == RP_F32 ? v.lo : _mm512_maskz_loadu_ps((__mmask16)(m >> 16), src + j + 16);
+        store_line(dt, stream, dst + j * elem, v, m);
+    }
+}
+
 static RP_ALWAYS_INLINE void simd_to_fp8(rp_dtype dt, rp_dtype pool_dt, int stream, uint8_t *dst,
                                          const char *src, int64_t n, float inv_scale)
 {

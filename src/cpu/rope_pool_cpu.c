@@ -35,7 +35,9 @@ rp_status rp_cpu_rope_pool(rp_context *ctx, const rp_problem *p, rp_parts parts,
 {
     (void)err;
     const rp_cpu_kernels *table = rp_cpu_kernel_table();
-    cpu_job job = {p, parts, p->inner_contiguous ? table->rope_pool[p->dtype] : rp_ref_rope_pool};
+    /* The fast levels need unit-stride head rows and, with QK-norm, heads of one row buffer. */
+    const int fast = p->inner_contiguous && rp_cpu_norm_fits(p);
+    cpu_job job = {p, parts, fast ? table->rope_pool[p->dtype] : rp_ref_rope_pool};
 
     int64_t threads = rp_context_num_threads(ctx);
     if (num_threads > 0 && num_threads < threads)

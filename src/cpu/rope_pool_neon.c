@@ -284,6 +284,22 @@ static RP_ALWAYS_INLINE void simd_copy(int stream, char *dst, const char *src, i
     memcpy(dst, src, (size_t)bytes);
 }
 
+static RP_ALWAYS_INLINE void simd_narrow(rp_dtype dt, int stream, char *dst, const float *src, int64_t n)
+{
+    (void)stream; /* no streaming stores here (SIMD_STREAMING_STORES 0) */
+    const int64_t elem = dt == RP_F32 ? 4 : 2;
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        store8(dt, dst + j * elem, load8(RP_F32, (const char *)(src + j)));
+    if (j < n) { /* the last n - j < 8 values through a zero-padded copy */
+        float in[8] = {0};
+        char out[32];
+        memcpy(in, src + j, (size_t)(n - j) * sizeof(float));
+        store8(dt, out, load8(RP_F32, (const char *)in));
+        memcpy(dst + j * elem, out, (size_t)((n - j) * elem));
+    }
+}
+
 static RP_ALWAYS_INLINE void simd_to_fp8(rp_dtype dt, rp_dtype pool_dt, int stream, uint8_t *dst,
                                          const char *src, int64_t n, float inv_scale)
 {

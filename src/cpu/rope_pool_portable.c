@@ -64,17 +64,22 @@ static void copy_fp8(const rp_problem *p, const char *src, int64_t n, float inv_
 
 /* Rotates pairs [i0, i0+n) of one head row in p's style and, with the last chunk, copies the
  * pass-through dims R..D-1; src may equal dst (in place); pool (the k_pool head row) may be NULL.
- * An fp8 pool takes fp8(x' * inv_scale) of the float32 x', not of the rounded k_rot. */
-static void rotate_chunk(const rp_problem *p, int64_t i0, int64_t n, const char *src, char *dst,
-                         char *pool, float inv_scale, const float *cs, const float *sn)
+ * An fp8 pool takes fp8(x' * inv_scale) of the float32 x', not of the rounded k_rot. With QK-norm
+ * the row's values come from `normed`, the whole head normalised in float32 (kernels.h), and the
+ * pass-through dims receive them too. */
+static void rotate_chunk(const rp_problem *p, int64_t i0, int64_t n, const char *src, const float *normed,
+                         char *dst, char *pool, float inv_scale, const float *cs, const float *sn)
 {
     const size_t elem = rp_dtype_size(p->dtype);
     const int64_t R = p->rotary_dim, D = p->head_dim, half = R / 2;
     const int gptj = p->style == RP_ROPE_GPTJ;
     const int64_t a = gptj ? 2 * i0 : i0, b = gptj ? 2 * i0 + 1 : half + i0, step = gptj ? 2 : 1;
     float x[CHUNK], y[CHUNK], ox[CHUNK], oy[CHUNK];
-    load_row(p->dtype, src + a * (int64_t)elem, step, n, x);
-    load_row(p->dtype, src + b * (int64_t)elem, step, n, y);
+    const rp_dtype in_dt = normed ? RP_F32 : p->dtype;
+    const char *in = normed ? (const char *)normed : src;
+    const int64_t in_elem = normed ? 4 : (int64_t)elem;
+    load_row(in_dt, in + a * in_elem, step, n, x);
+    load_row(in_dt, in + b * in_elem, step, n, y);
     for (int64_t i = 0; i < n; i++) {
         ox[i] = x[i] * cs[i] - y[i] * sn[i];
         oy[i] = y[i] * cs[i] + x[i] * sn[i];
@@ -83,7 +88,9 @@ static void rotate_chunk(const rp_problem *p, int64_t i0, int64_t n, const char 
         const int e5m2 = p->pool_dtype == RP_F8_E5M2;
         store_fp8(e5m2, ox, n, inv_scale, (uint8_t *)pool + a, step);
         store_fp8(e5m2, oy, n, inv_scale, (uint8_t *)pool + b, step);
-        if (R < D && i0 + n == half)
+        if (R < D && i0 + n == half && normed)
+            store_fp8(e5m2, normed + R, D - R, inv_scale, (uint8_t *)pool + R, 1);
+        else if (R < D && i0 + n == half)
             copy_fp8(p, src + R * (int64_t)elem, D - R, inv_scale, (uint8_t *)pool + R);
         pool = NULL;
     }
@@ -93,7 +100,9 @@ static void rotate_chunk(const rp_problem *p, int64_t i0, int64_t n, const char 
             continue;
         store_row(p->dtype, ox, n, targets[d] + a * (int64_t)elem, step);
         store_row(p->dtype, oy, n, targets[d] + b * (int64_t)elem, step);
-        if (R < D && i0 + n == half && targets[d] != src)
+        if (R < D && i0 + n == half && normed)
+            store_row(p->dtype, normed + R, D - R, targets[d] + R * (int64_t)elem, 1);
+        else if (R < D && i0 + n == half && targets[d] != src)
             memcpy(targets[d] + R * (int64_t)elem, src + R * (int64_t)elem, (size_t)(D - R) * elem);
     }
 }
@@ -120,8 +129,10 @@ static void rope_pool_portable(const rp_problem *p, rp_parts parts, int64_t t_be
     const char *q = p->q, *k = p->k, *v = p->v;
     char *q_rot = p->q_rot, *k_rot = p->k_rot, *k_pool = p->k_pool, *v_pool = p->v_pool;
     const float k_inv_scale = (float)(1.0 / p->k_scale);
-    float cs[CHUNK], sn[CHUNK];
+    float cs[CHUNK], sn[CHUNK], normed[RP_CPU_NORM_MAX_DIM];
     double angles[CHUNK]; /* mRoPE */
+    double q_gain[RP_CPU_NORM_MAX_DIM], k_gain[RP_CPU_NORM_MAX_DIM];
+    const double *qg = rp_cpu_norm_gains(p, &p->q_norm, q_gain), *kg = rp_cpu_norm_gains(p, &p->k_norm, k_gain);
     for (int64_t t = t_begin; t < t_end; t++) {
         const int64_t pos = rp_load_index(p->positions, p->pos_dtype, p->pos_stride, t);
         const int64_t slot = rp_load_index(p->slots, p->slot_dtype, p->slot_stride, t);
@@ -140,16 +151,25 @@ static void rope_pool_portable(const rp_problem *p, rp_parts parts, int64_t t_be
                 cs[i] = (float)(p->attention_scaling * c);
                 sn[i] = (float)(p->attention_scaling * s);
             }
-            for (int64_t h = 0; h < p->num_qo_heads; h++)
-                rotate_chunk(p, i0, n, q + (t * p->q_stride[0] + h * p->q_stride[1]) * elem,
+            /* With QK-norm a head is one chunk (rp_cpu_norm_fits): normalised once, here. */
+            for (int64_t h = 0; h < p->num_qo_heads; h++) {
+                const char *src = q + (t * p->q_stride[0] + h * p->q_stride[1]) * elem;
+                if (qg)
+                    rp_cpu_norm_row(p, p->dtype, src, qg, normed);
+                rotate_chunk(p, i0, n, src, qg ? normed : NULL,
                              q_rot + (t * p->q_rot_stride[0] + h * p->q_rot_stride[1]) * elem, NULL, 1.0f,
                              cs, sn);
-            for (int64_t h = 0; h < p->num_kv_heads; h++)
-                rotate_chunk(p, i0, n, k + (t * p->k_stride[0] + h * p->k_stride[1]) * elem,
+            }
+            for (int64_t h = 0; h < p->num_kv_heads; h++) {
+                const char *src = k + (t * p->k_stride[0] + h * p->k_stride[1]) * elem;
+                if (kg)
+                    rp_cpu_norm_row(p, p->dtype, src, kg, normed);
+                rotate_chunk(p, i0, n, src, kg ? normed : NULL,
                              k_rot + (t * p->k_rot_stride[0] + h * p->k_rot_stride[1]) * elem,
                              write_pool ? k_pool + rp_pool_offset(p, p->k_pool_stride, slot, h) * pool_elem
                                         : NULL,
                              k_inv_scale, cs, sn);
+            }
         }
         if (!write_pool)
             continue;

@@ -18,7 +18,8 @@
  * per element: x' = fma(x, c, round(y * -n)) = fma(x, c, -round(y * n)) (rounding to nearest is
  * symmetric), y' = fma(y, c, round(x * n)). So the styles agree bit for bit on the same pair, every
  * ISA does the same operations in the same order, and the partition of tokens between threads
- * cannot change a result. Dims R..D-1 are copied.
+ * cannot change a result. Dims R..D-1 are copied. QK-norm heads are normalised first into a
+ * float32 row (kernels.h, simd_norm_head).
  *
  * Pools: every row address comes from rp_pool_offset (flat, NHD, HND, any block size and
  * strides). fp8 pools (pool_dt an fp8 format) take fp8(x' * float32(1 / scale)) of the float32
@@ -33,6 +34,7 @@
 #include "sincos.h"
 
 #include <stdint.h>
+#include <string.h>
 
 #define RP_ALWAYS_INLINE inline __attribute__((always_inline))
 
@@ -85,6 +87,10 @@ static RP_ALWAYS_INLINE void simd_rotate_interleaved(rp_dtype dt, rp_dtype pool_
                                                      int stream_pool, const char *src, char *dst, char *pool,
                                                      int64_t n, const float *cd, const float *sd,
                                                      float inv_scale);
+
+/* n float32 values at src to dtype dt at dst (round to nearest-even), with streaming stores if
+ * `stream` (whole, aligned lines only: the caller checked): the QK-norm path's output rows. */
+static RP_ALWAYS_INLINE void simd_narrow(rp_dtype dt, int stream, char *dst, const float *src, int64_t n);
 
 /* Copies `bytes` bytes (a multiple of 2) from src to dst, with streaming stores if `stream`. */
 static RP_ALWAYS_INLINE void simd_copy(int stream, char *dst, const char *src, int64_t bytes);
@@ -257,15 +263,43 @@ static RP_ALWAYS_INLINE void simd_rotate_pairs(const rp_problem *p, rp_dtype dt,
     }
 }
 
+/* QK-norm (gain = w + offset, see kernels.h): the head row, one chunk by rp_cpu_norm_fits, is
+ * normalised into a float32 row y, rotated in float32 into a second row (the pass-through dims
+ * keep y), and that row is narrowed to dst and the pool (fp8: fp8(x' * inv_scale) of the float32
+ * x', as without the norm). Reading the whole row first keeps the in-place call safe. */
+static RP_ALWAYS_INLINE void simd_norm_head(const rp_problem *p, rp_dtype dt, rp_dtype pool_dt, int stream_dst,
+                                            int stream_pool, const char *src, char *dst, char *pool,
+                                            const double *gain, int64_t n, const float *tc, const float *ts,
+                                            float inv_scale)
+{
+    const int64_t R = p->rotary_dim, D = p->head_dim;
+    float y[RP_CPU_NORM_MAX_DIM] __attribute__((aligned(64)));
+    float out[RP_CPU_NORM_MAX_DIM] __attribute__((aligned(64)));
+    rp_cpu_norm_row(p, dt, src, gain, y);
+    simd_rotate_pairs(p, RP_F32, RP_F32, 0, 0, (const char *)y, (char *)out, NULL, 0, n, tc, ts, 1.0f);
+    memcpy(out + R, y + R, (size_t)(D - R) * sizeof(float));
+    simd_narrow(dt, stream_dst, dst, out, D);
+    if (pool && pool_dt == dt)
+        simd_narrow(dt, stream_pool, pool, out, D);
+    else if (pool)
+        simd_to_fp8(RP_F32, pool_dt, stream_pool, (uint8_t *)pool, (const char *)out, D, inv_scale);
+}
+
 /* One head row src -> dst (and pool unless NULL): pairs [i0, i0 + n) and, with the last chunk,
  * the pass-through dims R..D-1 (not copied onto themselves in place). With SIMD_STAGE and a
- * streaming output, the row (one chunk, by simd_streaming) goes through an L1 scratch row. */
+ * streaming output, the row (one chunk, by simd_streaming) goes through an L1 scratch row. With
+ * QK-norm (gain not NULL), simd_norm_head. */
 static RP_ALWAYS_INLINE void simd_head(const rp_problem *p, rp_dtype dt, rp_dtype pool_dt, int mode,
                                        int stream_dst, int stream_pool, const char *src, char *dst, char *pool,
-                                       int64_t i0, int64_t n, const float *tc, const float *ts, float inv_scale)
+                                       int64_t i0, int64_t n, const float *tc, const float *ts, float inv_scale,
+                                       const double *gain)
 {
     const int64_t elem = dt == RP_F32 ? 4 : 2, pool_elem = pool_dt == dt ? elem : 1;
     const int64_t R = p->rotary_dim, D = p->head_dim;
+    if (gain) {
+        simd_norm_head(p, dt, pool_dt, stream_dst, stream_pool, src, dst, pool, gain, n, tc, ts, inv_scale);
+        return;
+    }
     if ((mode & SIMD_STAGE) && (stream_dst || (pool && stream_pool))) {
         /* An fp8 pool row (never streamed) takes its codes from the float32 rotation itself. */
         char row[SIMD_STAGE_BYTES] __attribute__((aligned(64)));
@@ -309,6 +343,9 @@ static RP_ALWAYS_INLINE void simd_rope_pool_pass(const rp_problem *p, rp_parts p
     float sd[2 * SIMD_CHUNK] __attribute__((aligned(64)));
     double angles[SIMD_CHUNK]; /* mRoPE */
     const float *tc = gptj ? cd : cs, *ts = gptj ? sd : sn;
+    double q_gain[RP_CPU_NORM_MAX_DIM], k_gain[RP_CPU_NORM_MAX_DIM];
+    const double *qg = q ? rp_cpu_norm_gains(p, &p->q_norm, q_gain) : NULL;
+    const double *kg = kv ? rp_cpu_norm_gains(p, &p->k_norm, k_gain) : NULL;
     if (pools)
         simd_touch_pool_rows(p, t_begin, pool_elem);
     for (int64_t t = t_begin; t < t_end; t++) {
@@ -340,10 +377,10 @@ static RP_ALWAYS_INLINE void simd_rope_pool_pass(const rp_problem *p, rp_parts p
                 simd_head(p, dt, pool_dt, mode, stream_rows, stream_pool, simd_row(p->k, p->k_stride, t, h, elem),
                           simd_row(p->k_rot, p->k_rot_stride, t, h, elem),
                           write_pool ? simd_pool_row(p, p->k_pool, p->k_pool_stride, slot, h, pool_elem) : NULL,
-                          i0, n, tc, ts, k_inv_scale);
+                          i0, n, tc, ts, k_inv_scale, kg);
             for (int64_t h = 0; q && h < p->num_qo_heads; h++)
                 simd_head(p, dt, dt, mode, stream_rows, 0, simd_row(p->q, p->q_stride, t, h, elem),
-                          simd_row(p->q_rot, p->q_rot_stride, t, h, elem), NULL, i0, n, tc, ts, 1.0f);
+                          simd_row(p->q_rot, p->q_rot_stride, t, h, elem), NULL, i0, n, tc, ts, 1.0f, qg);
         }
     }
 }

@@ -20,8 +20,8 @@
  * its item's addresses and (if it builds the table) its frequency: with programmatic dependent
  * launch that work overlaps the previous kernel, and after the wait a decode call is one chain of loads,
  * float64 sin/cos, one barrier, rotation and stores. */
-template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8>
-__global__ void __launch_bounds__(rp_block_threads(1))
+template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8, bool NORM>
+__global__ void __launch_bounds__(rp_block_threads(1, NORM))
 rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
 {
     typedef rp_elem<DT> E;
@@ -106,15 +106,37 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
         const bool to_pool = slot >= 0 && slot < a.pool_size;
         long long row = 0;
         const long long block = to_pool ? rp_slot_block(a, slot, &row) : 0;
+        /* QK-norm: every lane joins its head's reduction, here and in the loop below, whose trip
+         * count is then the block's. */
+        rp_norm_item norm;
+        const rp_norm_item *nm = NULL;
+        if (NORM) {
+            const double rstd = rp_norm_rstd<DT>(a, token_ok && (int)threadIdx.y < a.heads, lo, hi);
+            norm = rp_norm_of(a, item.kind, (int)first, (int)(first + half_bytes / (long long)ELEM), rstd);
+            nm = norm.w ? &norm : NULL;
+        }
         if (token_ok && (int)threadIdx.y < a.heads)
             finish_item<DT, STYLE, FP8>(a, item, rows, lo, hi, t, to_pool, block, row, half_bytes, gr.rotated, cs, GB,
-                                   item.kind == RP_ITEM_V ? v_inv : k_inv);
-        for (int h = threadIdx.y + HY; token_ok && h < a.heads; h += HY) {
+                                   item.kind == RP_ITEM_V ? v_inv : k_inv, nm);
+        for (int h = threadIdx.y + HY; NORM ? h - (int)threadIdx.y < a.heads : token_ok && h < a.heads; h += HY) {
+            const bool valid = token_ok && h < a.heads;
             const rp_item it = make_item<ELEM, FP8>(a, h, first);
             const rp_item_rows r = item_rows<ELEM, FP8>(a, it.kind);
             const char *p = it.src + t * r.src;
-            finish_item<DT, STYLE, FP8>(a, it, r, *(const uint4 *)p, *(const uint4 *)(p + half_bytes), t, to_pool, block,
-                                   row, half_bytes, gr.rotated, cs, GB, it.kind == RP_ITEM_V ? v_inv : k_inv);
+            uint4 l = make_uint4(0, 0, 0, 0), u = l;
+            if (valid) {
+                l = *(const uint4 *)p;
+                u = *(const uint4 *)(p + half_bytes);
+            }
+            const rp_norm_item *nm_h = NULL;
+            if (NORM) {
+                norm = rp_norm_of(a, it.kind, (int)first, (int)(first + half_bytes / (long long)ELEM),
+                                  rp_norm_rstd<DT>(a, valid, l, u));
+                nm_h = norm.w ? &norm : NULL;
+            }
+            if (valid)
+                finish_item<DT, STYLE, FP8>(a, it, r, l, u, t, to_pool, block, row, half_bytes, gr.rotated, cs, GB,
+                                       it.kind == RP_ITEM_V ? v_inv : k_inv, nm_h);
         }
         if (threadIdx.x == 0 && threadIdx.y == 0 && blockIdx.y == 0 && slot >= a.pool_size)
             rp_record_bad_slot(a.status, a.host_status, t, slot, a.pool_size);
@@ -123,11 +145,15 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
     }
 }
 
-template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8> rp_kernel_fn<FREQ_CAP> rp_decode_kernel(void)
+template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8, bool NORM>
+rp_kernel_fn<FREQ_CAP> rp_decode_kernel(void)
 {
-    return rope_pool_decode<DT, STYLE, HALF, FREQ_CAP, FP8>;
+    return rope_pool_decode<DT, STYLE, HALF, FREQ_CAP, FP8, NORM>;
 }
 
 #define RP_INSTANTIATE_DECODE(DT, STYLE, HALF, FREQ_CAP, FP8)                                                  \
-    template rp_kernel_fn<FREQ_CAP> rp_decode_kernel<DT, STYLE, HALF, FREQ_CAP, FP8>(void);
+    template rp_kernel_fn<FREQ_CAP> rp_decode_kernel<DT, STYLE, HALF, FREQ_CAP, FP8, false>(void);
+#define RP_INSTANTIATE_DECODE_NORM(DT, STYLE, HALF, FREQ_CAP, FP8)                                             \
+    template rp_kernel_fn<FREQ_CAP> rp_decode_kernel<DT, STYLE, HALF, FREQ_CAP, FP8, true>(void);
 RP_VECTOR_VARIANTS(RP_INSTANTIATE_DECODE)
+RP_NORM_VARIANTS(RP_INSTANTIATE_DECODE_NORM)

@@ -50,19 +50,102 @@ __device__ __forceinline__ long long pair_of(const Args &a, int g, int c)
     return (long long)g * (V / 2) + (c < V / 2 ? c : quarter + c - V / 2);
 }
 
+/* Which tensors an item (a frequency group of one head) reads and writes. */
+enum rp_item_kind { RP_ITEM_Q, RP_ITEM_K, RP_ITEM_V };
+
+/* ---- QK-norm ------------------------------------------------------------------------------------
+ * The plan gives a normalised call whole head rows per block row: the head's groups are blockDim.x
+ * = a power of two <= 32 consecutive lanes, so a head's sum of squares is a shuffle reduction over
+ * an aligned segment of a warp, and every head is served in one pass (no loop over further heads).
+ * The squares are exact in float64 and summed there; rstd = 1 / sqrt(sum / D + eps) and
+ * (w + offset) * rstd are float64, and y = float32(x * that): one rounding, as on the CPU. */
+struct rp_norm_item {
+    const void *w;   /* the head's [D] weight; NULL: not normalised */
+    int w_f32;       /* weight dtype float32 (else the inputs')     */
+    int lo, hi;      /* head dims of lo's and hi's first element    */
+    double rstd, offset;
+};
+
+/* rstd of the head whose lanes hold (lo, hi) (valid: this lane holds an item), reduced over the
+ * blockDim.x lanes of the head. Every lane of the block must call it (uniformly). */
+template <rp_dtype DT, typename Args>
+__device__ __forceinline__ double rp_norm_rstd(const Args &a, bool valid, uint4 lo, uint4 hi)
+{
+    constexpr int V = rp_elem<DT>::ELEMS;
+    float x[V], y[V];
+    rp_elem<DT>::unpack(lo, x);
+    rp_elem<DT>::unpack(hi, y);
+    double sum = 0.0;
+#pragma unroll
+    for (int c = 0; c < V; c++)
+        sum += (double)x[c] * (double)x[c] + (double)y[c] * (double)y[c];
+    sum = valid ? sum : 0.0;
+    /* The lanes this warp has (a block's last warp may be partial). */
+    const int thread = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    const int n = blockDim.x * blockDim.y * blockDim.z - (thread & ~31);
+    const unsigned mask = n >= 32 ? 0xffffffffu : (1u << n) - 1;
+    for (int o = 1; o < (int)blockDim.x; o <<= 1)
+        sum += __shfl_xor_sync(mask, sum, o);
+    return 1.0 / sqrt(sum / (double)(2 * a.half_dim) + a.norm_eps);
+}
+
+/* The normalisation of an item of `kind` (rp_item_kind) whose vectors start at head dims lo, hi. */
+template <typename Args>
+__device__ __forceinline__ rp_norm_item rp_norm_of(const Args &a, int kind, int lo, int hi, double rstd)
+{
+    rp_norm_item n;
+    const bool q = kind == RP_ITEM_Q, k = kind == RP_ITEM_K;
+    n.w = a.parts == RP_PARTS_SCATTER ? NULL : q ? a.q_norm : k ? a.k_norm : NULL;
+    n.w_f32 = q ? a.q_norm_f32 : a.k_norm_f32;
+    n.lo = lo;
+    n.hi = hi;
+    n.rstd = rstd;
+    n.offset = a.norm_offset;
+    return n;
+}
+
+/* x[c] (head dim first + c) normalised in place: float32(x * ((w + offset) * rstd)). */
+template <rp_dtype DT>
+__device__ __forceinline__ void rp_normalise(const rp_norm_item &n, float *x, int first)
+{
+    typedef rp_elem<DT> E;
+#pragma unroll
+    for (int c = 0; c < E::ELEMS; c++) {
+        const float w = n.w_f32 ? ((const float *)n.w)[first + c]
+                                : E::to_float(((const typename E::storage *)n.w)[first + c]);
+        x[c] = (float)((double)x[c] * (((double)w + n.offset) * n.rstd));
+    }
+}
+
+/* A pass-through item with QK-norm: its vectors become the normalised values (x, y receive them). */
+template <rp_dtype DT>
+__device__ __forceinline__ void normalise_vectors(uint4 *lo, uint4 *hi, const rp_norm_item &n, float *x, float *y)
+{
+    rp_elem<DT>::unpack(*lo, x);
+    rp_elem<DT>::unpack(*hi, y);
+    rp_normalise<DT>(n, x, n.lo);
+    rp_normalise<DT>(n, y, n.hi);
+    *lo = rp_elem<DT>::pack(x);
+    *hi = rp_elem<DT>::pack(y);
+}
+
 /* Rotates one item in place (lo, hi: its two vectors, see above) with the table's entries of its
  * pairs: cs[c] = (cos, sin) of the group's pairs 2c and 2c + 1, read at a stride of `cs_stride`
  * float4s. ox, oy [ELEMS] receive the float32 results before their rounding to the dtype (what an
  * fp8 pool quantises). */
 template <rp_dtype DT, int STYLE>
 __device__ __forceinline__ void rotate_vectors(uint4 *lo, uint4 *hi, const float4 *cs, int cs_stride,
-                                               float *ox, float *oy)
+                                               float *ox, float *oy, const rp_norm_item *norm)
 {
     typedef rp_elem<DT> E;
     constexpr int V = E::ELEMS;
     float x[V], y[V];
     E::unpack(*lo, x);
     E::unpack(*hi, y);
+    if (norm) { /* QK-norm: the rotation takes the float32 normalised values */
+        rp_normalise<DT>(*norm, x, norm->lo);
+        rp_normalise<DT>(*norm, y, norm->hi);
+    }
     if (STYLE == RP_ROPE_NEOX) {
 #pragma unroll
         for (int c = 0; c < V / 2; c++) {
@@ -113,8 +196,6 @@ template <size_t ELEM, bool FP8> __device__ __forceinline__ constexpr long long 
     return FP8 ? 1 : (long long)ELEM;
 }
 
-/* Which tensors an item (a frequency group of one head) reads and writes. */
-enum rp_item_kind { RP_ITEM_Q, RP_ITEM_K, RP_ITEM_V };
 
 /* Where one item is read and written: base addresses at row 0 (token 0, slot 0). Built from the
  * parameters alone, before the kernel waits for the one before it: none of it depends on memory
@@ -192,12 +273,12 @@ __device__ __forceinline__ rp_item_rows item_rows(const Args &a, int kind)
 
 /* Rotates one item of token t (lo, hi: its two vectors, half_bytes apart) when it is a q or k item
  * of a rotated group, and stores it where it goes. cs[c] = (cos, sin) of the item's pairs 2c and 2c + 1,
- * read from the table at a stride of `cs_stride` float4s. */
+ * read from the table at a stride of `cs_stride` float4s. norm: its QK-norm, or NULL. */
 template <rp_dtype DT, int STYLE, bool FP8, typename Args>
 __device__ __forceinline__ void finish_item(const Args &a, const rp_item &it, const rp_item_rows &rows, uint4 lo,
                                             uint4 hi, long long t, bool to_pool, long long block, long long row,
                                             long long half_bytes, bool rotated, const float4 *cs, int cs_stride,
-                                            float inv_scale)
+                                            float inv_scale, const rp_norm_item *norm)
 {
     typedef rp_elem<DT> E;
     constexpr int V = E::ELEMS;
@@ -205,7 +286,9 @@ __device__ __forceinline__ void finish_item(const Args &a, const rp_item &it, co
     float x[V], y[V];
     if (it.out) {
         if (rotated) {
-            rotate_vectors<DT, STYLE>(&lo, &hi, cs, cs_stride, x, y);
+            rotate_vectors<DT, STYLE>(&lo, &hi, cs, cs_stride, x, y, norm);
+        } else if (norm) {
+            normalise_vectors<DT>(&lo, &hi, *norm, x, y);
         } else if (FP8) {
             E::unpack(lo, x);
             E::unpack(hi, y);
@@ -289,7 +372,8 @@ template <rp_dtype DT, int STYLE, bool FP8, typename Args>
 __device__ __forceinline__ void finish_placed_item(const Args &a, const head_place &pl, uint4 lo, uint4 hi,
                                                    long long t, bool to_pool, long long block, long long row,
                                                    long long first, long long half_bytes, bool rotated,
-                                                   const float4 *cs, int cs_stride, float k_inv, float v_inv)
+                                                   const float4 *cs, int cs_stride, float k_inv, float v_inv,
+                                                   const rp_norm_item *norm)
 {
     typedef rp_elem<DT> E;
     constexpr int V = E::ELEMS;
@@ -310,7 +394,9 @@ __device__ __forceinline__ void finish_placed_item(const Args &a, const head_pla
     }
     uint4 out_lo = lo, out_hi = hi;
     if (rotated) {
-        rotate_vectors<DT, STYLE>(&out_lo, &out_hi, cs, cs_stride, x, y);
+        rotate_vectors<DT, STYLE>(&out_lo, &out_hi, cs, cs_stride, x, y, norm);
+    } else if (norm) {
+        normalise_vectors<DT>(&out_lo, &out_hi, *norm, x, y);
     } else if (FP8) {
         E::unpack(lo, x);
         E::unpack(hi, y);

@@ -60,6 +60,10 @@ template <int FREQ_CAP> struct rp_kernel_args {
     int parts;                    /* rp_parts                                          */
     int heads;                    /* vectorized: heads touched (see place_head)        */
     long long num_tiles;          /* vectorized: ceil(T / tokens per block)            */
+    /* QK-norm (vectorized kernels only; items.cuh): a head's groups are the block's x lanes. */
+    const void *q_norm, *k_norm;  /* [D] weights of q / k heads, or NULL                */
+    int q_norm_f32, k_norm_f32;   /* weight dtype: 1 = float32, 0 = the inputs' dtype   */
+    double norm_eps, norm_offset;
     double inv_freq[FREQ_CAP];    /* [rot_half] the pairs' frequencies, float64        */
 };
 
@@ -112,10 +116,11 @@ __device__ __forceinline__ float rp_inv_scale(const float *ptr, float host_inv_s
 
 /* Threads per block the vectorized kernels are compiled for, by items per thread (1: the decode
  * kernel; 2: the prefill kernel; 4: at most 128 registers a thread): at most 80 registers a thread
- * below 4. The plan reads the same function. */
-__host__ __device__ constexpr int rp_block_threads(int prefetch)
+ * below 4. QK-norm variants (norm) take 512 too: at 80 registers its float64 reduction spilled 80
+ * to 130 bytes in the 16-bit kernels. The plan reads the same function. */
+__host__ __device__ constexpr int rp_block_threads(int prefetch, bool norm = false)
 {
-    return prefetch >= 4 ? 512 : 768;
+    return prefetch >= 4 || norm ? 512 : 768;
 }
 
 #endif /* RP_CUDA_KERNEL_ARGS_CUH */

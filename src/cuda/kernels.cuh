@@ -40,8 +40,10 @@ template <int FREQ_CAP> using rp_kernel_fn = void (*)(rp_kernel_args<FREQ_CAP>);
  * whole-program mode), a plain host function is not.
  * STYLE: rp_rope_style. HALF: head_dim / 2 when compiled for the whole head rotating at one
  * head_dim, 0 for any head_dim and rotary_dim (frequencies up to FREQ_CAP). */
-template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8> rp_kernel_fn<FREQ_CAP> rp_decode_kernel(void);
-template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8> rp_kernel_fn<FREQ_CAP> rp_prefill_kernel(void);
+template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8, bool NORM>
+rp_kernel_fn<FREQ_CAP> rp_decode_kernel(void);
+template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8, bool NORM>
+rp_kernel_fn<FREQ_CAP> rp_prefill_kernel(void);
 template <rp_dtype DT, int FREQ_CAP> rp_kernel_fn<FREQ_CAP> rp_strided_kernel(void);
 
 /* The compiled variants, X(DT, STYLE, HALF, FREQ_CAP, FP8) per vectorized one and S(DT, FREQ_CAP)
@@ -60,6 +62,14 @@ template <rp_dtype DT, int FREQ_CAP> rp_kernel_fn<FREQ_CAP> rp_strided_kernel(vo
 #define RP_VECTOR_VARIANTS(X)                                                                                  \
     RP_VECTOR_VARIANTS_OF(X, RP_F32) RP_VECTOR_VARIANTS_OF(X, RP_F16) RP_VECTOR_VARIANTS_OF(X, RP_BF16)
 #define RP_VECTOR_FP8_MAX_PAIRS 256 /* rotary_dim / 2 of the fp8 variants above */
+/* QK-norm (NORM): compiled apart too, for the same reason (its float64 reduction and weight loads
+ * made the 16-bit decode kernels spill 80-130 bytes when it was a runtime branch of every variant).
+ * Its heads have at most 32 groups (plan.cu), so 256 frequencies cover every rotary_dim; head_dim
+ * 128 NeoX (Qwen3, Gemma 3) gets its constant sizes, the rest runs with runtime sizes. */
+#define RP_NORM_VARIANTS_OF(X, DT)                                                                             \
+    X(DT, RP_ROPE_NEOX, 64, 64, false) X(DT, RP_ROPE_NEOX, 0, 256, false) X(DT, RP_ROPE_GPTJ, 0, 256, false)    \
+    X(DT, RP_ROPE_NEOX, 0, 256, true) X(DT, RP_ROPE_GPTJ, 0, 256, true)
+#define RP_NORM_VARIANTS(X) RP_NORM_VARIANTS_OF(X, RP_F32) RP_NORM_VARIANTS_OF(X, RP_F16) RP_NORM_VARIANTS_OF(X, RP_BF16)
 #define RP_STRIDED_VARIANTS_OF(S, DT) S(DT, 256) S(DT, RP_CUDA_MAX_HEAD_DIM / 2)
 #define RP_STRIDED_VARIANTS(S)                                                                                 \
     RP_STRIDED_VARIANTS_OF(S, RP_F32) RP_STRIDED_VARIANTS_OF(S, RP_F16) RP_STRIDED_VARIANTS_OF(S, RP_BF16)

@@ -73,6 +73,11 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
                       rows_aligned(p->k_rot, p->k_rot_stride, T, Hk, elem) &&
                       pool_rows_aligned(p->k_pool, p->k_pool_stride, p, pool_elem, pool_align) &&
                       pool_rows_aligned(p->v_pool, p->v_pool_stride, p, pool_elem, pool_align);
+    /* QK-norm reduces each head over its groups, the block's x lanes: a power of two up to a warp
+     * (items.cuh). */
+    const int norm = p->q_norm.data != NULL || p->k_norm.data != NULL;
+    if (norm && (groups > 32 || (groups & (groups - 1)) != 0))
+        plan.vectorized = 0;
     plan.overlap_launch = st->compute_capability >= 90;
     if (!plan.vectorized) {
         plan.threads_x = STRIDED_THREADS;
@@ -91,13 +96,13 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
     const long long sms = st->num_sms > 0 ? st->num_sms : 1;
     const int large = T >= LARGE_CALL_TOKENS_PER_SM * sms;
     long long gb = groups;
-    for (long long split = DECODE_GROUPS_PER_BLOCK; !large && split >= 2 && gb == groups; split /= 2)
+    for (long long split = DECODE_GROUPS_PER_BLOCK; !large && !norm && split >= 2 && gb == groups; split /= 2)
         if (groups % split == 0)
             gb = split;
     int prefetch = large ? LARGE_CALL_PREFETCH : 1;
     while (prefetch > 1 && heads * gb < (long long)prefetch * 32)
         prefetch /= 2; /* keep at least a warp of threads per token */
-    const long long limit = rp_block_threads(prefetch);
+    const long long limit = rp_block_threads(prefetch, norm);
     long long hy = div_up(heads, prefetch);
     if (hy * gb > limit)
         hy = limit / gb;

@@ -9,8 +9,8 @@
  * kernel's, with a block taking whole tokens. Addresses are computed where they are used (after
  * the wait): holding them across the barrier cost registers and 7% of the time of a prefill call
  * (bench/results/cuda-h200-tuning.md). */
-template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8, int PREFETCH>
-__global__ void __launch_bounds__(rp_block_threads(PREFETCH))
+template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8, bool NORM, int PREFETCH>
+__global__ void __launch_bounds__(rp_block_threads(PREFETCH, NORM))
 rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
 {
     typedef rp_elem<DT> E;
@@ -88,15 +88,40 @@ rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
 #pragma unroll
         for (int j = 0; j < PREFETCH; j++) {
             const int h = threadIdx.y + j * HY;
+            /* QK-norm: every lane joins its head's reduction, here and in the loop below, whose
+             * trip count is then the block's. */
+            rp_norm_item norm;
+            const rp_norm_item *nm = NULL;
+            if (NORM) {
+                const double rstd = rp_norm_rstd<DT>(a, token_ok && h < a.heads, lo[j], hi[j]);
+                norm = rp_norm_of(a, place_head(a, h).kind, (int)first, (int)(first + half_bytes / (long long)ELEM),
+                                  rstd);
+                nm = norm.w ? &norm : NULL;
+            }
             if (token_ok && h < a.heads)
                 finish_placed_item<DT, STYLE, FP8>(a, place_head(a, h), lo[j], hi[j], t, to_pool, block, row, first,
-                                              half_bytes, gr.rotated, cs, GB, k_inv, v_inv);
+                                              half_bytes, gr.rotated, cs, GB, k_inv, v_inv, nm);
         }
-        for (int h = threadIdx.y + PREFETCH * HY; token_ok && h < a.heads; h += HY) {
+        for (int h = threadIdx.y + PREFETCH * HY; NORM ? h - (int)threadIdx.y < a.heads : token_ok && h < a.heads;
+             h += HY) {
+            const bool valid = token_ok && h < a.heads;
             const head_place pl = place_head(a, h);
             const char *p = source_address<ELEM>(a, pl, t, first);
-            finish_placed_item<DT, STYLE, FP8>(a, pl, *(const uint4 *)p, *(const uint4 *)(p + half_bytes), t, to_pool,
-                                          block, row, first, half_bytes, gr.rotated, cs, GB, k_inv, v_inv);
+            uint4 l = make_uint4(0, 0, 0, 0), u = l;
+            if (valid) {
+                l = *(const uint4 *)p;
+                u = *(const uint4 *)(p + half_bytes);
+            }
+            rp_norm_item norm;
+            const rp_norm_item *nm = NULL;
+            if (NORM) {
+                norm = rp_norm_of(a, pl.kind, (int)first, (int)(first + half_bytes / (long long)ELEM),
+                                  rp_norm_rstd<DT>(a, valid, l, u));
+                nm = norm.w ? &norm : NULL;
+            }
+            if (valid)
+                finish_placed_item<DT, STYLE, FP8>(a, pl, l, u, t, to_pool, block, row, first, half_bytes, gr.rotated, cs,
+                                              GB, k_inv, v_inv, nm);
         }
         if (threadIdx.x == 0 && threadIdx.y == 0 && blockIdx.y == 0 && slot >= a.pool_size)
             rp_record_bad_slot(a.status, a.host_status, t, slot, a.pool_size);
@@ -105,11 +130,15 @@ rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
     }
 }
 
-template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8> rp_kernel_fn<FREQ_CAP> rp_prefill_kernel(void)
+template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8, bool NORM>
+rp_kernel_fn<FREQ_CAP> rp_prefill_kernel(void)
 {
-    return rope_pool_prefill<DT, STYLE, HALF, FREQ_CAP, FP8, RP_PREFILL_PREFETCH>;
+    return rope_pool_prefill<DT, STYLE, HALF, FREQ_CAP, FP8, NORM, RP_PREFILL_PREFETCH>;
 }
 
 #define RP_INSTANTIATE_PREFILL(DT, STYLE, HALF, FREQ_CAP, FP8)                                                 \
-    template rp_kernel_fn<FREQ_CAP> rp_prefill_kernel<DT, STYLE, HALF, FREQ_CAP, FP8>(void);
+    template rp_kernel_fn<FREQ_CAP> rp_prefill_kernel<DT, STYLE, HALF, FREQ_CAP, FP8, false>(void);
+#define RP_INSTANTIATE_PREFILL_NORM(DT, STYLE, HALF, FREQ_CAP, FP8)                                            \
+    template rp_kernel_fn<FREQ_CAP> rp_prefill_kernel<DT, STYLE, HALF, FREQ_CAP, FP8, true>(void);
 RP_VECTOR_VARIANTS(RP_INSTANTIATE_PREFILL)
+RP_NORM_VARIANTS(RP_INSTANTIATE_PREFILL_NORM)

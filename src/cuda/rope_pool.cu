@@ -66,6 +66,12 @@ static void fill_args(rp_kernel_args<FREQ_CAP> *a, const rp_cuda_state *st, cons
     a->parts = (int)parts;
     a->heads = plan->heads;
     a->num_tiles = plan->tokens_per_block > 0 ? (p->num_tokens + plan->tokens_per_block - 1) / plan->tokens_per_block : 0;
+    a->q_norm = p->q_norm.data;
+    a->k_norm = p->k_norm.data;
+    a->q_norm_f32 = p->q_norm.dtype == RP_F32;
+    a->k_norm_f32 = p->k_norm.dtype == RP_F32;
+    a->norm_eps = p->norm_eps;
+    a->norm_offset = p->norm_offset;
     memcpy(a->inv_freq, p->inv_freq, (size_t)a->rot_half * sizeof(double));
 }
 
@@ -88,7 +94,7 @@ static cudaError_t launch(void (*kernel)(Args), dim3 grid, dim3 block, size_t sh
     return cudaLaunchKernelEx(&config, kernel, args);
 }
 
-template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8 = false>
+template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8 = false, bool NORM = false>
 static cudaError_t launch_vectorized(const rp_cuda_state *st, const rp_problem *p, rp_parts parts,
                                      const rp_cuda_plan *plan, cudaStream_t stream)
 {
@@ -98,8 +104,8 @@ static cudaError_t launch_vectorized(const rp_cuda_state *st, const rp_problem *
     const dim3 block((unsigned)plan->groups_per_block, (unsigned)plan->heads_per_pass,
                      (unsigned)plan->tokens_per_block);
     const rp_kernel_fn<FREQ_CAP> kernel = plan->items_per_thread >= 2
-                                              ? rp_prefill_kernel<DT, STYLE, HALF, FREQ_CAP, FP8>()
-                                              : rp_decode_kernel<DT, STYLE, HALF, FREQ_CAP, FP8>();
+                                              ? rp_prefill_kernel<DT, STYLE, HALF, FREQ_CAP, FP8, NORM>()
+                                              : rp_decode_kernel<DT, STYLE, HALF, FREQ_CAP, FP8, NORM>();
     return launch(kernel, grid, block, plan->shared_bytes, stream, plan->overlap_launch, a);
 }
 
@@ -124,6 +130,17 @@ static cudaError_t launch_dtype(const rp_cuda_state *st, const rp_problem *p, rp
     if (!plan->vectorized)
         return pairs <= 256 ? launch_strided<DT, 256>(st, p, parts, plan, stream)
                             : launch_strided<DT, RP_CUDA_MAX_HEAD_DIM / 2>(st, p, parts, plan, stream);
+    if (p->q_norm.data != NULL || p->k_norm.data != NULL) { /* kernels.cuh's RP_NORM_VARIANTS */
+        const int gptj = p->style == RP_ROPE_GPTJ;
+        if (rp_pool_is_fp8(p))
+            return gptj ? launch_vectorized<DT, RP_ROPE_GPTJ, 0, 256, true, true>(st, p, parts, plan, stream)
+                        : launch_vectorized<DT, RP_ROPE_NEOX, 0, 256, true, true>(st, p, parts, plan, stream);
+        if (gptj)
+            return launch_vectorized<DT, RP_ROPE_GPTJ, 0, 256, false, true>(st, p, parts, plan, stream);
+        return p->rotary_dim == p->head_dim && pairs == 64
+                   ? launch_vectorized<DT, RP_ROPE_NEOX, 64, 64, false, true>(st, p, parts, plan, stream)
+                   : launch_vectorized<DT, RP_ROPE_NEOX, 0, 256, false, true>(st, p, parts, plan, stream);
+    }
     if (rp_pool_is_fp8(p)) /* pairs <= RP_VECTOR_FP8_MAX_PAIRS: the plan saw to it */
         return p->style == RP_ROPE_GPTJ ? launch_vectorized<DT, RP_ROPE_GPTJ, 0, 256, true>(st, p, parts, plan, stream)
                : p->rotary_dim == p->head_dim && pairs == 64
@@ -187,7 +204,16 @@ extern "C" rp_status rp_cuda_rope_pool(void *state, const rp_problem *p, rp_part
         status = rp_cuda_check_slots(p, stream, err);
     if (status == RP_OK) {
         const rp_cuda_plan plan = rp_cuda_make_plan(st, p, parts);
-        status = rp_cuda_launch(st, p, parts, &plan, stream, err);
+        if (!plan.vectorized && (p->q_norm.data != NULL || p->k_norm.data != NULL))
+            status = rp_fail(err, RP_ERR_UNSUPPORTED,
+                             "q_norm_weight / k_norm_weight (QK-norm) on CUDA need the vectorized kernels: head "
+                             "rows contiguous and 16-byte aligned, head_dim / 2 and rotary_dim / 2 multiples of "
+                             "%d, head_dim / %d a power of two up to 32 and v_head_dim = head_dim; got head_dim "
+                             "%lld, rotary_dim %lld: run this call on the CPU",
+                             (int)(16 / rp_dtype_size(p->dtype)), (int)(32 / rp_dtype_size(p->dtype)),
+                             (long long)p->head_dim, (long long)p->rotary_dim);
+        else
+            status = rp_cuda_launch(st, p, parts, &plan, stream, err);
     }
     rp_cuda_leave_device(st->device, previous);
     return status;

@@ -45,15 +45,40 @@ static void store_pool(const rp_problem *p, void *pool, const int64_t stride[4],
         store(pool, p->dtype, offset, value);
 }
 
-/* Rotates the pair (x[a], x[b]) of one head by (c, n) = s * (cos, sin). Reads both inputs before
- * any write, so the in-place call (dst == src) is safe. When write_pool, k_pool's head row at
- * element offset pool_row receives the same float64 values (rounded to the pool's format). */
-static void rotate_pair(const rp_problem *p, const void *src, const int64_t src_stride[3],
-                        void *dst, const int64_t dst_stride[3], int write_pool, int64_t pool_row,
-                        int64_t t, int64_t h, int64_t a, int64_t b, double c, double n)
+double rp_norm_gain(const rp_problem *p, const rp_norm_weight *w, int64_t i)
 {
-    const double x = load(src, p->dtype, at(src_stride, t, h, a));
-    const double y = load(src, p->dtype, at(src_stride, t, h, b));
+    return load(w->data, w->dtype, i) + p->norm_offset;
+}
+
+double rp_norm_rstd(const rp_problem *p, const void *src, const int64_t stride[3], int64_t t, int64_t h)
+{
+    double sum = 0.0;
+    for (int64_t i = 0; i < p->head_dim; i++) {
+        const double x = load(src, p->dtype, at(stride, t, h, i));
+        sum += x * x;
+    }
+    return 1.0 / sqrt(sum / (double)p->head_dim + p->norm_eps);
+}
+
+/* The value RoPE takes at dim i of head h of token t: the input, or with QK-norm (w->data) the
+ * normalised x * rstd * (w[i] + offset), rstd being that head's. */
+static double input(const rp_problem *p, const void *src, const int64_t stride[3], const rp_norm_weight *w,
+                    double rstd, int64_t t, int64_t h, int64_t i)
+{
+    const double x = load(src, p->dtype, at(stride, t, h, i));
+    return w->data ? x * rstd * rp_norm_gain(p, w, i) : x;
+}
+
+/* Rotates the pair (a, b) of one head by (c, n) = s * (cos, sin). Reads both inputs before any
+ * write, so the in-place call (dst == src) is safe. When write_pool, k_pool's head row at element
+ * offset pool_row receives the same float64 values (rounded to the pool's format). */
+static void rotate_pair(const rp_problem *p, const void *src, const int64_t src_stride[3],
+                        const rp_norm_weight *w, double rstd, void *dst, const int64_t dst_stride[3],
+                        int write_pool, int64_t pool_row, int64_t t, int64_t h, int64_t a, int64_t b,
+                        double c, double n)
+{
+    const double x = input(p, src, src_stride, w, rstd, t, h, a);
+    const double y = input(p, src, src_stride, w, rstd, t, h, b);
     const double out_x = x * c - y * n, out_y = y * c + x * n;
     if (dst) {
         store(dst, p->dtype, at(dst_stride, t, h, a), out_x);
@@ -93,37 +118,49 @@ static void copy_to_pool(const rp_problem *p, const void *src, const int64_t src
     }
 }
 
-void rp_ref_rope_pool(const rp_problem *p, rp_parts parts, int64_t t_begin, int64_t t_end)
+/* One head of token t: its pairs rotated, then its pass-through dims R..D-1 (the pool first:
+ * dst may be src, in place), bit copies, or with QK-norm the normalised values. Heads are the
+ * outer loop so that a head's rstd is computed once; cos and sin are recomputed per head. */
+static void rope_head(const rp_problem *p, const void *src, const int64_t src_stride[3], const rp_norm_weight *w,
+                      void *dst, const int64_t dst_stride[3], int write_pool, int64_t slot, int64_t t,
+                      int64_t h)
 {
     const int64_t R = p->rotary_dim, half = R / 2;
     const int gptj = p->style == RP_ROPE_GPTJ;
+    const int64_t pool_row = write_pool ? rp_pool_offset(p, p->k_pool_stride, slot, h) : 0;
+    const double rstd = w->data ? rp_norm_rstd(p, src, src_stride, t, h) : 1.0;
+    for (int64_t j = 0; j < half; j++) {
+        /* mRoPE: the row of frequency j (row 0, the only one, without it) */
+        const int64_t pos = rp_load_position(p, t, rp_mrope_row(p->mrope_section, p->mrope_interleaved, j));
+        const double angle = (double)pos * p->inv_freq[j];
+        const double c = p->attention_scaling * cos(angle), n = p->attention_scaling * sin(angle);
+        const int64_t a = gptj ? 2 * j : j, b = gptj ? 2 * j + 1 : j + half;
+        rotate_pair(p, src, src_stride, w, rstd, dst, dst_stride, write_pool, pool_row, t, h, a, b, c, n);
+    }
+    if (!w->data) {
+        if (write_pool)
+            copy_to_pool(p, src, src_stride, t, h, R, p->head_dim, p->k_pool, p->k_pool_stride, pool_row,
+                         p->k_scale);
+        copy_dims(p, src, src_stride, t, dst, dst_stride, t, h, R);
+        return;
+    }
+    for (int64_t i = R; i < p->head_dim; i++) {
+        const double y = input(p, src, src_stride, w, rstd, t, h, i);
+        if (write_pool)
+            store_pool(p, p->k_pool, p->k_pool_stride, pool_row, i, y, p->k_scale);
+        store(dst, p->dtype, at(dst_stride, t, h, i), y);
+    }
+}
+
+void rp_ref_rope_pool(const rp_problem *p, rp_parts parts, int64_t t_begin, int64_t t_end)
+{
     for (int64_t t = t_begin; t < t_end; t++) {
         const int64_t slot = rp_load_index(p->slots, p->slot_dtype, p->slot_stride, t);
         const int write_pool = slot >= 0 && parts != RP_PARTS_ROTATE;
-        if (parts != RP_PARTS_SCATTER) {
-            for (int64_t j = 0; j < half; j++) {
-                /* mRoPE: the row of frequency j (row 0, the only one, without it) */
-                const int64_t pos = rp_load_position(p, t, rp_mrope_row(p->mrope_section, p->mrope_interleaved, j));
-                const double angle = (double)pos * p->inv_freq[j];
-                const double c = p->attention_scaling * cos(angle), n = p->attention_scaling * sin(angle);
-                const int64_t a = gptj ? 2 * j : j, b = gptj ? 2 * j + 1 : j + half;
-                for (int64_t h = 0; h < p->num_qo_heads; h++)
-                    rotate_pair(p, p->q, p->q_stride, p->q_rot, p->q_rot_stride, 0, 0, t, h, a, b, c, n);
-                for (int64_t h = 0; h < p->num_kv_heads; h++)
-                    rotate_pair(p, p->k, p->k_stride, p->k_rot, p->k_rot_stride, write_pool,
-                                write_pool ? rp_pool_offset(p, p->k_pool_stride, slot, h) : 0, t, h, a, b,
-                                c, n);
-            }
-            for (int64_t h = 0; h < p->num_qo_heads; h++)
-                copy_dims(p, p->q, p->q_stride, t, p->q_rot, p->q_rot_stride, t, h, R);
-            for (int64_t h = 0; h < p->num_kv_heads; h++) {
-                /* The pool first: k_rot may be k itself (in place). */
-                if (write_pool)
-                    copy_to_pool(p, p->k, p->k_stride, t, h, R, p->head_dim, p->k_pool, p->k_pool_stride,
-                                 rp_pool_offset(p, p->k_pool_stride, slot, h), p->k_scale);
-                copy_dims(p, p->k, p->k_stride, t, p->k_rot, p->k_rot_stride, t, h, R);
-            }
-        }
+        for (int64_t h = 0; parts != RP_PARTS_SCATTER && h < p->num_qo_heads; h++)
+            rope_head(p, p->q, p->q_stride, &p->q_norm, p->q_rot, p->q_rot_stride, 0, slot, t, h);
+        for (int64_t h = 0; parts != RP_PARTS_SCATTER && h < p->num_kv_heads; h++)
+            rope_head(p, p->k, p->k_stride, &p->k_norm, p->k_rot, p->k_rot_stride, write_pool, slot, t, h);
         if (!write_pool)
             continue;
         for (int64_t h = 0; h < p->num_kv_heads; h++) {
