@@ -41,7 +41,8 @@ run: build
 
 # GPU tests (label cuda: the C suites, compute-sanitizer runs, the Python CUDA tests) on a machine
 # with an NVIDIA GPU. They use the system's $(PYTHON), which needs numpy, pytest and torch with
-# CUDA: the test venv has no torch, and GPU machines are often offline.
+# CUDA: the test venv's torch is PyPI's default wheel (its CUDA may not match the machine's driver),
+# and GPU machines are often offline.
 test-cuda:
 	cmake -S . -B $(BUILD)-cuda -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=$$(command -v $(PYTHON)) \
 	      $(CMAKE_FLAGS)
