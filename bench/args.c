@@ -186,7 +186,8 @@ static void list_presets(void)
         double scaling;
         double table[512];
         char variant[128];
-        bench_rope_table(&p[i], table, &scaling);
+        if (bench_rope_table(&p[i], table, &scaling) < 0)
+            continue;
         printf("%-16s %4lld %4lld %4lld %10.0f  %-60s %s\n", p[i].name, (long long)p[i].hq,
                (long long)p[i].hk, (long long)p[i].d, p[i].rope_base,
                bench_variant_text(&p[i], scaling, variant, sizeof variant), p[i].model);
@@ -427,7 +428,8 @@ int bench_parse_args(int argc, char **argv, bench_options *o)
     if (o->shape.rotary_dim > o->shape.d)
         return fail("--rotary-dim %lld exceeds head_dim %lld", (long long)o->shape.rotary_dim,
                     (long long)o->shape.d);
-    o->has_table = bench_rope_table(&o->shape, o->inv_freq, &o->attention_scaling);
+    if ((o->has_table = bench_rope_table(&o->shape, o->inv_freq, &o->attention_scaling)) < 0)
+        return -1;
     if (o->index_dtype == RP_I32 && o->max_position > INT32_MAX)
         return fail("--max-pos %lld does not fit --index i32", (long long)o->max_position);
     return 0;

@@ -59,8 +59,9 @@ typedef struct bench_shape {
 
 /* "neox R=128/128, rope_base's table" or "gptj R=64/256, llama3 table, s=1.19" */
 const char *bench_variant_text(const bench_shape *s, double attention_scaling, char *buf, size_t size);
-/* The shape's frequencies into inv_freq[R/2] and its attention scaling (float64, transformers'
- * formulas). Returns 0 for BENCH_ROPE_DEFAULT (no table: the library uses rope_base's). */
+/* The shape's frequencies into inv_freq[R/2] and its attention scaling: transformers' float32
+ * table (rp_hf_rope_frequencies). Returns 1, 0 for BENCH_ROPE_DEFAULT (no table: the library
+ * uses rope_base's), or -1 after printing why to stderr. */
 int bench_rope_table(const bench_shape *s, double *inv_freq, double *attention_scaling);
 
 /* The preset named `name`, or NULL. */

@@ -1,64 +1,14 @@
 /*
- * rope_table.c — the frequency tables of the scaled presets, with transformers' formulas
- * (modeling_rope_utils.py: _compute_llama3_parameters, _compute_yarn_parameters,
- * _compute_longrope_parameters) evaluated in float64. The benchmark times the call and checks it
- * against the float64 reference with whatever table it is given, so float64 tables are as good as
- * transformers' float32 ones here.
+ * rope_table.c — the frequency tables of the scaled presets: the library's transformers-exact
+ * tables (rp_hf_rope_frequencies, the float32 table transformers computes) from the preset's
+ * rope_scaling numbers, so the benchmark times the call with the table a served model uses and
+ * checks it against the float64 reference with that table.
  */
 #include "bench.h"
 
 #include <math.h>
 #include <stdio.h>
-
-static const double two_pi = 6.283185307179586;
-
-/* Llama 3.1: wavelengths beyond L0 / low_freq_factor are divided by factor, those below
- * L0 / high_freq_factor kept, the band between blended. */
-static void llama3(const bench_shape *s, int64_t half, double *f)
-{
-    const double low_wavelen = s->original_max / s->low, high_wavelen = s->original_max / s->high;
-    for (int64_t j = 0; j < half; j++) {
-        const double wavelen = two_pi / f[j];
-        if (wavelen > low_wavelen) {
-            f[j] /= s->factor;
-        } else if (!(wavelen < high_wavelen)) {
-            const double smooth = (s->original_max / wavelen - s->low) / (s->high - s->low);
-            f[j] = (1.0 - smooth) * f[j] / s->factor + smooth * f[j];
-        }
-    }
-}
-
-/* YaRN: dims whose rotations over L0 fall between beta_fast and beta_slow ramp from
- * extrapolation (kept) to interpolation (divided by factor); attention scaling 0.1 ln(factor) + 1. */
-static double yarn(const bench_shape *s, int64_t R, double *f)
-{
-    const double beta_slow = s->low, beta_fast = s->high, log_base = log(s->rope_base);
-    double low = floor(R * log(s->original_max / (beta_fast * two_pi)) / (2 * log_base));
-    double high = ceil(R * log(s->original_max / (beta_slow * two_pi)) / (2 * log_base));
-    low = low > 0 ? low : 0;
-    high = high < R - 1 ? high : R - 1;
-    if (low == high)
-        high += 0.001;
-    for (int64_t j = 0; j < R / 2; j++) {
-        double ramp = ((double)j - low) / (high - low);
-        ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
-        const double extrapolation = 1.0 - ramp;
-        f[j] = f[j] / s->factor * (1.0 - extrapolation) + f[j] * extrapolation;
-    }
-    return s->factor > 1 ? 0.1 * log(s->factor) + 1.0 : 1.0;
-}
-
-/* LongRoPE: each frequency divided by its own factor. Phi-3's long_factor list is not copied
- * here: a plausible smooth one (1 at the highest frequency rising to `factor` at the lowest)
- * times the same. Attention scaling sqrt(1 + ln(factor) / ln(L0)). */
-static double longrope(const bench_shape *s, int64_t half, double *f)
-{
-    for (int64_t j = 0; j < half; j++) {
-        const double x = half > 1 ? (double)j / (double)(half - 1) : 0.0;
-        f[j] /= 1.0 + (s->factor - 1.0) * x * x * x;
-    }
-    return s->factor > 1 ? sqrt(1.0 + log(s->factor) / log(s->original_max)) : 1.0;
-}
+#include <string.h>
 
 int bench_rope_table(const bench_shape *s, double *inv_freq, double *attention_scaling)
 {
@@ -66,14 +16,46 @@ int bench_rope_table(const bench_shape *s, double *inv_freq, double *attention_s
     *attention_scaling = 1.0;
     if (s->scaling == BENCH_ROPE_DEFAULT)
         return 0;
-    for (int64_t j = 0; j < R / 2; j++)
-        inv_freq[j] = pow(s->rope_base, -(double)(2 * j) / (double)R);
-    if (s->scaling == BENCH_ROPE_LLAMA3)
-        llama3(s, R / 2, inv_freq);
-    else if (s->scaling == BENCH_ROPE_YARN)
-        *attention_scaling = yarn(s, R, inv_freq);
-    else
-        *attention_scaling = longrope(s, R / 2, inv_freq);
+    rp_hf_rope_params h;
+    memset(&h, 0, sizeof h);
+    h.rotary_dim = R;
+    h.rope_theta = s->rope_base;
+    h.factor = s->factor;
+    h.original_max_position_embeddings = (int64_t)s->original_max;
+    /* LongRoPE: Phi-3's long_factor list is not copied here: a plausible smooth one (1 at the
+     * highest frequency rising to `factor` at the lowest), used for a sequence at the full
+     * context (seq_len = factor x the original window picks long_factor). */
+    double short_factor[256], long_factor[256];
+    if (s->scaling == BENCH_ROPE_LLAMA3) {
+        h.rope_type = RP_HF_ROPE_LLAMA3;
+        h.low_freq_factor = s->low;
+        h.high_freq_factor = s->high;
+    } else if (s->scaling == BENCH_ROPE_YARN) {
+        h.rope_type = RP_HF_ROPE_YARN;
+        h.beta_slow = s->low;
+        h.beta_fast = s->high;
+    } else {
+        const int64_t half = R / 2;
+        if (half > 256) {
+            fprintf(stderr, "ropepool-bench: longrope presets take rotary_dim <= 512, got %lld\n", (long long)R);
+            return -1;
+        }
+        for (int64_t j = 0; j < half; j++) {
+            const double x = half > 1 ? (double)j / (double)(half - 1) : 0.0;
+            short_factor[j] = 1.0;
+            long_factor[j] = 1.0 + (s->factor - 1.0) * x * x * x;
+        }
+        h.rope_type = RP_HF_ROPE_LONGROPE;
+        h.short_factor = short_factor;
+        h.long_factor = long_factor;
+        h.seq_len = (int64_t)(s->factor * s->original_max);
+        h.max_position_embeddings = h.seq_len;
+    }
+    char why[256];
+    if (rp_hf_rope_frequencies(&h, inv_freq, attention_scaling, why, sizeof why) != RP_OK) {
+        fprintf(stderr, "ropepool-bench: the preset's rope table: %s\n", why);
+        return -1;
+    }
     return 1;
 }
 
