@@ -171,3 +171,28 @@ def test_cuda_scale_tensor_on_a_cpu_call_is_refused(ropepool, torch_fw):
     p = Problem(torch_fw)
     expect_refusal(ropepool, torch_fw, p.arrays(), p.kwargs(k_scale=torch.ones(1, device="cuda")),
                    "k_scale is on cuda:0 but the call runs on the CPU: pass a number or a CPU array")
+
+
+def test_readme_paged_cache_example_runs_as_written(ropepool):
+    """The README's vLLM / FlashInfer example: the rows its slots name hold the rotated keys and
+    the values, every other byte of both caches stays zero."""
+    torch = pytest.importorskip("torch")
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    heading = "\n### A vLLM-style paged cache, and FlashInfer's"
+    code = re.search(r"```python\n(.*?)```", text[text.index(heading):], re.S).group(1)
+    namespace = {"ropepool": ropepool}
+    exec(compile(code, "README.md (paged cache)", "exec"), namespace)
+    ns = type("ns", (), namespace)
+    blocks, rows = ns.slot_mapping // ns.block_size, ns.slot_mapping % ns.block_size
+    assert torch.equal(ns.key_cache[blocks, rows], ns.k) and torch.equal(ns.value_cache[blocks, rows], ns.v)
+    assert torch.equal(ns.k_pages[blocks, :, rows], ns.k_rot) and torch.equal(ns.v_pages[blocks, :, rows], ns.v)
+    written = torch.zeros(ns.num_blocks, ns.block_size, dtype=torch.bool)
+    written[blocks, rows] = True
+    assert not ns.kv_cache.permute(0, 2, 1, 3, 4)[~written].any()
+    assert not ns.k_pages.permute(0, 2, 1, 3)[~written].any() and not ns.v_pages.permute(0, 2, 1, 3)[~written].any()
+    # k was rotated in place by the first call (vLLM's rotary_embedding is in place): the second
+    # call rotated the rotated keys again, so its k_rot differs from the cached k.
+    assert not torch.equal(ns.k_rot, ns.k)
