@@ -173,7 +173,7 @@ static int parse_shape(const char *arg, bench_options *o)
         return fail("--shape: %lld query heads are not a multiple of %lld kv heads", (long long)v[0],
                     (long long)v[1]);
     o->shape = (bench_shape){"custom", "custom shape", v[0], v[1], v[2], 10000.0, RP_ROPE_NEOX, 0,
-                             BENCH_ROPE_DEFAULT, 0.0, 0.0, 0.0, 0.0, {0, 0, 0}, 0, 0};
+                             BENCH_ROPE_DEFAULT, 0.0, 0.0, 0.0, 0.0, {0, 0, 0}, 0, 0, 0.0, 0.0, 0, 0, 0};
     return 0;
 }
 
@@ -461,6 +461,15 @@ int bench_options_for(const bench_options *o, int backend, bench_options *out)
     const char *name = cpu ? "cpu" : "cuda";
     if (!cpu && out->baseline_seed && out->unfused) {
         fprintf(stderr, "ropepool-bench: cuda: --baseline seed is implemented for the cpu backend only\n");
+        return -1;
+    }
+    if (out->shape.latent && out->kv_layout == RP_KV_HND) {
+        fprintf(stderr, "ropepool-bench: %s: the latent cache row [c_kv | k_pe] is flat or NHD, not HND\n",
+                out->shape.name);
+        return -1;
+    }
+    if ((out->shape.v_head_dim || out->shape.q_head_dim) && out->baseline_seed) {
+        fprintf(stderr, "ropepool-bench: %s: --baseline seed needs q and v heads of head_dim\n", out->shape.name);
         return -1;
     }
     if (out->kv_layout != RP_KV_FLAT) /* whole blocks: the last one is full */

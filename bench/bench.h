@@ -55,6 +55,12 @@ typedef struct bench_shape {
     int32_t mrope_interleaved; /* Qwen3-VL's rule */
     int qk_norm;         /* per-head QK RMSNorm before RoPE (Qwen3, Gemma 3): q_norm_weight and
                             k_norm_weight in the inputs' dtype, norm_eps 1e-6 */
+    double mscale, mscale_all_dim; /* yarn: DeepSeek's (0 = absent) */
+    /* DeepSeek's MLA (0 = d): q is [T, Hq, q_head_dim] and its last d dims (q_pe) rotate; v is
+     * [T, Hk, v_head_dim]; with latent, K and V share one cache row per slot, [v | k] per head
+     * ([c_kv | k_pe]): k_pool and v_pool are its two column ranges. */
+    int64_t q_head_dim, v_head_dim;
+    int latent;
 } bench_shape;
 
 /* "neox R=128/128, rope_base's table" or "gptj R=64/256, llama3 table, s=1.19" */
@@ -138,7 +144,20 @@ typedef struct bench_layout {
     /* QK-norm (bench_layout_set_variant): the q and k weights, [2][D] of dtype, on the host, and
      * their copy on the device that CUDA calls read (the CUDA bench sets it); NULL: no norm. */
     const void *norm_weights, *norm_weights_dev;
+    /* MLA (bench_shape): q's and v's head widths (0 = d) and the shared cache row. */
+    int64_t dq, dv;
+    int latent;
 } bench_layout;
+
+static inline int64_t bench_dq(const bench_layout *L)
+{
+    return L->dq ? L->dq : L->d;
+}
+
+static inline int64_t bench_dv(const bench_layout *L)
+{
+    return L->dv ? L->dv : L->d;
+}
 
 /* Gives L the variant of o's shape: style, rotary_dim, o's table and attention scaling, and with
  * QK-norm weights near 1 drawn from a fixed generator (allocated once per call, kept for the run). */
@@ -175,8 +194,14 @@ size_t bench_rows_bytes(const bench_layout *L, int64_t tokens, int64_t heads);
 size_t bench_index_bytes(const bench_layout *L, int64_t tokens);
 /* Bytes of the positions of `tokens` tokens: one index each, or three for mRoPE. */
 size_t bench_positions_bytes(const bench_layout *L, int64_t tokens);
-/* Bytes of one pool (K or V) in its storage format; a paged allocation holds both. */
-size_t bench_pool_bytes(const bench_layout *L);
+/* Bytes of q's and v's input rows (their heads are dq and dv wide). */
+size_t bench_q_bytes(const bench_layout *L, int64_t tokens);
+size_t bench_v_bytes(const bench_layout *L, int64_t tokens);
+/* Bytes of the data of one pool (which: 0 K, 1 V) in its storage format. */
+size_t bench_pool_bytes(const bench_layout *L, int which);
+/* Bytes of the pool allocations: which = 0 the one b->k_pool points to (flat: K's; paged or latent:
+ * one allocation holding both), 1 V's own (flat only; else 0). */
+size_t bench_pool_alloc_bytes(const bench_layout *L, int which);
 /* The pool tensor (K when which = 0, V when 1) of buffers b, in L's layout and format: b->k_pool
  * is the allocation (flat: K's), b->v_pool V's array for flat pools. */
 rp_tensor bench_pool_tensor(const bench_layout *L, const bench_buffers *b, int which);

@@ -198,14 +198,15 @@ static int cpu_poison(void *self, int64_t tokens, char *msg, size_t msg_size)
 {
     cpu_bench *c = self;
     const rp_tensor pools[2] = {bench_pool_tensor(&c->L, &c->buf, 0), bench_pool_tensor(&c->L, &c->buf, 1)};
-    const size_t head = (size_t)c->L.d * rp_dtype_size((rp_dtype)pools[0].dtype);
+    const size_t elem = rp_dtype_size((rp_dtype)pools[0].dtype);
+    const size_t head[2] = {(size_t)c->L.d * elem, (size_t)bench_dv(&c->L) * elem};
     memset(c->buf.q_rot, 0xff, bench_rows_bytes(&c->L, tokens, c->L.hq));
     memset(c->buf.k_rot, 0xff, bench_rows_bytes(&c->L, tokens, c->L.hk));
     for (int64_t t = 0; t < tokens; t++) {
         const int64_t slot = rp_load_index(c->buf.slots, c->L.index_dtype, 1, t);
         for (int64_t h = 0; h < c->L.hk; h++)
             for (int which = 0; which < 2; which++)
-                memset(bench_pool_row(&c->L, &pools[which], slot, h), 0xff, head);
+                memset(bench_pool_row(&c->L, &pools[which], slot, h), 0xff, head[which]);
     }
     (void)msg;
     (void)msg_size;
@@ -226,7 +227,7 @@ int bench_cpu_runs(const bench_options *o, rp_dtype dtype, double roofline, cons
     memset(&c, 0, sizeof c);
     c.L = (bench_layout){o->shape.hq, o->shape.hk, o->shape.d, o->pool_size, o->shape.rope_base,
                          dtype, o->index_dtype, 0, 0, NULL, 0.0, o->kv_layout, o->block_size, o->kv_dtype,
-                         {0, 0, 0}, 0, 1, NULL, NULL};
+                         {0, 0, 0}, 0, 1, NULL, NULL, 0, 0, 0};
     c.seed_L = c.L;
     bench_layout_set_variant(&c.L, o);
     c.seed_L.positions_per_token = c.L.positions_per_token; /* the seed's call reads row t */
@@ -236,16 +237,17 @@ int bench_cpu_runs(const bench_options *o, rp_dtype dtype, double roofline, cons
     bench_progress("cpu %s: drawing inputs for %lld tokens", rp_dtype_name(dtype), (long long)arena);
     if (bench_inputs_create(&in, &c.L, arena, o->max_position, o->seed, msg, msg_size))
         return -1;
-    /* Flat: two pools; paged: one allocation holding both (bench_pool_tensor), v_pool unused. */
-    const size_t pool_bytes = bench_pool_bytes(&c.L), k_alloc = c.L.kv_layout ? 2 * pool_bytes : pool_bytes;
+    /* Flat: two pools; paged or latent: one allocation holding both (bench_pool_tensor), v_pool
+     * unused. */
+    const size_t k_alloc = bench_pool_alloc_bytes(&c.L, 0), v_alloc = bench_pool_alloc_bytes(&c.L, 1);
     c.buf = (bench_buffers){in.q, in.k, in.v, in.positions, in.slots,
                             bench_alloc(bench_rows_bytes(&c.L, arena, c.L.hq)),
                             bench_alloc(bench_rows_bytes(&c.L, arena, c.L.hk)),
-                            bench_alloc(k_alloc), c.L.kv_layout ? NULL : bench_alloc(pool_bytes)};
+                            bench_alloc(k_alloc), v_alloc ? bench_alloc(v_alloc) : NULL};
     int rc = -1;
-    if (!c.buf.q_rot || !c.buf.k_rot || !c.buf.k_pool || (!c.L.kv_layout && !c.buf.v_pool)) {
+    if (!c.buf.q_rot || !c.buf.k_rot || !c.buf.k_pool || (v_alloc && !c.buf.v_pool)) {
         snprintf(msg, msg_size, "out of memory for the outputs and two pools of %lld slots (%.2f GiB)",
-                 (long long)c.L.pool_size, (2.0 * (double)pool_bytes) / (1 << 30));
+                 (long long)c.L.pool_size, (double)(k_alloc + v_alloc) / (1 << 30));
         goto done;
     }
     bench_progress("cpu %s: touching the pools", rp_dtype_name(dtype));
@@ -253,7 +255,7 @@ int bench_cpu_runs(const bench_options *o, rp_dtype dtype, double roofline, cons
     memset(c.buf.k_rot, 0, bench_rows_bytes(&c.L, arena, c.L.hk));
     memset(c.buf.k_pool, 0, k_alloc);
     if (c.buf.v_pool)
-        memset(c.buf.v_pool, 0, pool_bytes);
+        memset(c.buf.v_pool, 0, v_alloc);
     bench_progress(NULL);
 
     const bench_backend_ops ops = {&c, cpu_poison, cpu_run_once, cpu_verify, cpu_time};

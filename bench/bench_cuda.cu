@@ -177,21 +177,15 @@ int prepare_sets(cuda_bench *c, int64_t T, int64_t sets, char *msg, size_t msg_s
     return 0;
 }
 
-/* Bytes of the K allocation: one pool when flat (V has its own), both when paged. */
-size_t pool_alloc_bytes(const bench_layout *L)
-{
-    return (L->kv_layout == RP_KV_FLAT ? 1 : 2) * bench_pool_bytes(L);
-}
-
 int cuda_poison(void *self, int64_t tokens, char *msg, size_t msg_size)
 {
     cuda_bench *c = (cuda_bench *)self;
     const bench_layout *L = &c->L;
     CUDA_TRY(cudaMemsetAsync(c->dev.q_rot, 0xff, bench_rows_bytes(L, tokens, L->hq), c->stream));
     CUDA_TRY(cudaMemsetAsync(c->dev.k_rot, 0xff, bench_rows_bytes(L, tokens, L->hk), c->stream));
-    CUDA_TRY(cudaMemsetAsync(c->dev.k_pool, 0xff, pool_alloc_bytes(L), c->stream));
+    CUDA_TRY(cudaMemsetAsync(c->dev.k_pool, 0xff, bench_pool_alloc_bytes(L, 0), c->stream));
     if (c->dev.v_pool)
-        CUDA_TRY(cudaMemsetAsync(c->dev.v_pool, 0xff, bench_pool_bytes(L), c->stream));
+        CUDA_TRY(cudaMemsetAsync(c->dev.v_pool, 0xff, bench_pool_alloc_bytes(L, 1), c->stream));
     return 0;
 }
 
@@ -212,12 +206,13 @@ int cuda_verify(void *self, int64_t tokens, int fused, bench_check *chk, char *m
     compact.pool_size = tokens;
     compact.kv_layout = RP_KV_FLAT;
     compact.block_size = 1;
-    const size_t head_bytes = bench_pool_bytes(&compact) / (size_t)(tokens * L->hk);
+    compact.latent = 0;
     void *rows[2] = {c->dev_k_rows, c->dev_v_rows}, *host_rows[2] = {c->host.k_pool, c->host.v_pool};
     for (int which = 0; which < 2; which++) {
+        const size_t head_bytes = bench_pool_bytes(&compact, which) / (size_t)(tokens * L->hk);
         const rp_tensor pool = bench_pool_tensor(L, &c->dev, which);
-        const char *base = (const char *)c->dev.k_pool; /* paged: V lies in K's allocation */
-        if (which && L->kv_layout == RP_KV_FLAT)
+        const char *base = (const char *)c->dev.k_pool; /* paged or latent: V lies in K's allocation */
+        if (which && c->dev.v_pool)
             base = (const char *)c->dev.v_pool;
         for (int64_t t = 0; t < tokens; t++) {
             const int64_t slot = L->index_dtype == RP_I64 ? ((const int64_t *)c->in.slots)[t]
@@ -230,8 +225,8 @@ int cuda_verify(void *self, int64_t tokens, int fused, bench_check *chk, char *m
         gather_head_rows<<<c->blocks, kThreads, 0, c->stream>>>(base, c->dev_offsets, (uint16_t *)rows[which],
                                                                 tokens * L->hk, (int64_t)(head_bytes / 2));
         CUDA_TRY(cudaGetLastError());
-        CUDA_TRY(cudaMemcpyAsync(host_rows[which], rows[which], bench_pool_bytes(&compact), cudaMemcpyDeviceToHost,
-                                 c->stream));
+        CUDA_TRY(cudaMemcpyAsync(host_rows[which], rows[which], bench_pool_bytes(&compact, which),
+                                 cudaMemcpyDeviceToHost, c->stream));
         CUDA_TRY(cudaStreamSynchronize(c->stream)); /* host_offsets is reused for V */
     }
     CUDA_TRY(cudaMemcpyAsync(c->host.q_rot, c->dev.q_rot, q_bytes, cudaMemcpyDeviceToHost, c->stream));
@@ -353,20 +348,22 @@ int allocate(cuda_bench *c, char *msg, size_t msg_size)
 {
     const bench_layout *L = &c->L;
     const size_t q_bytes = bench_rows_bytes(L, c->arena, L->hq), kv_bytes = bench_rows_bytes(L, c->arena, L->hk);
+    const size_t q_in_bytes = bench_q_bytes(L, c->arena), v_in_bytes = bench_v_bytes(L, c->arena);
     bench_layout rows_layout = *L; /* the gathered rows of the arena: a flat pool of its tokens */
     rows_layout.pool_size = c->arena;
     rows_layout.kv_layout = RP_KV_FLAT;
-    const size_t rows_bytes = bench_pool_bytes(&rows_layout), index_bytes = bench_index_bytes(L, c->arena);
+    rows_layout.latent = 0;
+    const size_t k_rows_bytes = bench_pool_bytes(&rows_layout, 0), v_rows_bytes = bench_pool_bytes(&rows_layout, 1);
+    const size_t index_bytes = bench_index_bytes(L, c->arena);
     const size_t positions_bytes = bench_positions_bytes(L, c->arena);
     const size_t offsets_bytes = (size_t)(c->arena * L->hk) * sizeof(int64_t);
-    const int flat = L->kv_layout == RP_KV_FLAT;
     struct { void **ptr; size_t bytes; const void *from; } dev[] = {
-        {&c->dev.q, q_bytes, c->in.q},           {&c->dev.k, kv_bytes, c->in.k},
-        {&c->dev.v, kv_bytes, c->in.v},          {&c->dev.positions, positions_bytes, c->in.positions},
+        {&c->dev.q, q_in_bytes, c->in.q},        {&c->dev.k, kv_bytes, c->in.k},
+        {&c->dev.v, v_in_bytes, c->in.v},        {&c->dev.positions, positions_bytes, c->in.positions},
         {&c->dev.slots, index_bytes, c->in.slots}, {&c->dev.q_rot, q_bytes, nullptr},
-        {&c->dev.k_rot, kv_bytes, nullptr},      {&c->dev.k_pool, pool_alloc_bytes(L), nullptr},
-        {&c->dev.v_pool, flat ? bench_pool_bytes(L) : 0, nullptr}, {&c->dev_k_rows, rows_bytes, nullptr},
-        {&c->dev_v_rows, rows_bytes, nullptr},   {(void **)&c->dev_offsets, offsets_bytes, nullptr}};
+        {&c->dev.k_rot, kv_bytes, nullptr},      {&c->dev.k_pool, bench_pool_alloc_bytes(L, 0), nullptr},
+        {&c->dev.v_pool, bench_pool_alloc_bytes(L, 1), nullptr}, {&c->dev_k_rows, k_rows_bytes, nullptr},
+        {&c->dev_v_rows, v_rows_bytes, nullptr}, {(void **)&c->dev_offsets, offsets_bytes, nullptr}};
     for (auto &d : dev) {
         if (!d.bytes)
             continue; /* paged: no separate V allocation */
@@ -383,7 +380,7 @@ int allocate(cuda_bench *c, char *msg, size_t msg_size)
             CUDA_TRY(cudaMemset(*d.ptr, 0, d.bytes));
     }
     c->host = bench_buffers{c->in.q, c->in.k, c->in.v, c->in.positions, malloc(index_bytes),
-                              malloc(q_bytes), malloc(kv_bytes), malloc(rows_bytes), malloc(rows_bytes)};
+                              malloc(q_bytes), malloc(kv_bytes), malloc(k_rows_bytes), malloc(v_rows_bytes)};
     c->host_offsets = (int64_t *)malloc(offsets_bytes);
     if (!c->host.slots || !c->host.q_rot || !c->host.k_rot || !c->host.k_pool || !c->host.v_pool ||
         !c->host_offsets) {
@@ -410,7 +407,7 @@ int run_dtype(cuda_bench *c, const bench_options *o, rp_dtype dtype, bench_repor
     CUDA_TRY(cudaEventCreate(&c->stop));
     c->blocks = prop.multiProcessorCount * 8;
     c->L = bench_layout{o->shape.hq, o->shape.hk, o->shape.d, o->pool_size, o->shape.rope_base, dtype,
-                        o->index_dtype, 0, 0, NULL, 0.0, o->kv_layout, o->block_size, o->kv_dtype, {0, 0, 0}, 0, 1, NULL, NULL};
+                        o->index_dtype, 0, 0, NULL, 0.0, o->kv_layout, o->block_size, o->kv_dtype, {0, 0, 0}, 0, 1, NULL, NULL, 0, 0, 0};
     bench_layout_set_variant(&c->L, o);
     if (c->L.norm_weights) { /* QK-norm weights: the calls read them in device memory */
         const size_t bytes = 2 * (size_t)c->L.d * rp_dtype_size(dtype);

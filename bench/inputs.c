@@ -98,15 +98,36 @@ static size_t pool_elem(const bench_layout *L)
     return L->kv_dtype ? 1 : rp_dtype_size(L->dtype);
 }
 
-size_t bench_pool_bytes(const bench_layout *L)
+size_t bench_q_bytes(const bench_layout *L, int64_t tokens)
 {
-    return (size_t)L->pool_size * (size_t)(L->hk * L->d) * pool_elem(L);
+    return (size_t)tokens * (size_t)(L->hq * bench_dq(L)) * rp_dtype_size(L->dtype);
+}
+
+size_t bench_v_bytes(const bench_layout *L, int64_t tokens)
+{
+    return (size_t)tokens * (size_t)(L->hk * bench_dv(L)) * rp_dtype_size(L->dtype);
+}
+
+size_t bench_pool_bytes(const bench_layout *L, int which)
+{
+    return (size_t)L->pool_size * (size_t)(L->hk * (which ? bench_dv(L) : L->d)) * pool_elem(L);
+}
+
+size_t bench_pool_alloc_bytes(const bench_layout *L, int which)
+{
+    const int shared = L->latent || L->kv_layout != RP_KV_FLAT;
+    if (shared)
+        return which ? 0 : bench_pool_bytes(L, 0) + bench_pool_bytes(L, 1);
+    return bench_pool_bytes(L, which);
 }
 
 double bench_op_bytes(const bench_layout *L, int64_t tokens)
 {
-    return (double)bench_rows_bytes(L, tokens, 2 * L->hq + 3 * L->hk) +
-           2.0 * (double)tokens * (double)(L->hk * L->d) * (double)pool_elem(L) +
+    /* q's rotated part read and q_rot written, k read and k_rot written, v read, both pool rows
+     * written (an MLA q reads only its q_pe: the rest of its row is not touched) */
+    const double es = (double)rp_dtype_size(L->dtype), T = (double)tokens, hk = (double)L->hk;
+    const double d = (double)L->d, dv = (double)bench_dv(L);
+    return es * T * (2.0 * (double)L->hq * d + 2.0 * hk * d + hk * dv) + (double)pool_elem(L) * T * hk * (d + dv) +
            (double)bench_positions_bytes(L, tokens) + (double)bench_index_bytes(L, tokens);
 }
 
@@ -115,8 +136,27 @@ rp_tensor bench_pool_tensor(const bench_layout *L, const bench_buffers *b, int w
     const rp_dtype storage = L->kv_dtype ? RP_U8 : L->dtype;
     const int64_t bs = L->block_size, nb = L->kv_layout ? L->pool_size / bs : 0, hk = L->hk, d = L->d;
     rp_tensor t;
+    if (L->latent) { /* one row per slot, [v | k] per head: DeepSeek's [c_kv | k_pe] */
+        const int64_t dv = bench_dv(L), head = dv + d;
+        char *base = (char *)b->k_pool + (which ? 0 : dv * (int64_t)pool_elem(L));
+        t = rp_tensor_3d(base, storage, L->pool_size, hk, which ? dv : d);
+        t.strides[0] = hk * head;
+        t.strides[1] = head;
+        if (L->kv_layout == RP_KV_FLAT)
+            return t;
+        t.ndim = 4; /* NHD [nb, bs, Hk, head] (bench_options_for refuses HND) */
+        t.shape[3] = t.shape[2];
+        t.shape[2] = hk;
+        t.shape[1] = bs;
+        t.shape[0] = nb;
+        t.strides[3] = 1;
+        t.strides[2] = head;
+        t.strides[1] = hk * head;
+        t.strides[0] = bs * hk * head;
+        return t;
+    }
     if (L->kv_layout == RP_KV_FLAT)
-        return rp_tensor_3d(which ? b->v_pool : b->k_pool, storage, L->pool_size, hk, d);
+        return rp_tensor_3d(which ? b->v_pool : b->k_pool, storage, L->pool_size, hk, which ? bench_dv(L) : d);
     memset(&t, 0, sizeof t);
     t.ndim = 4;
     t.dtype = storage;
@@ -161,9 +201,9 @@ int bench_inputs_create(bench_inputs *in, const bench_layout *L, int64_t tokens,
 {
     memset(in, 0, sizeof *in);
     in->tokens = tokens;
-    in->q = bench_alloc(bench_rows_bytes(L, tokens, L->hq));
+    in->q = bench_alloc(bench_q_bytes(L, tokens));
     in->k = bench_alloc(bench_rows_bytes(L, tokens, L->hk));
-    in->v = bench_alloc(bench_rows_bytes(L, tokens, L->hk));
+    in->v = bench_alloc(bench_v_bytes(L, tokens));
     in->positions = bench_alloc(bench_positions_bytes(L, tokens));
     in->slots = bench_alloc(bench_index_bytes(L, tokens));
     /* Distinct slots: the first `tokens` steps of a Fisher-Yates shuffle of [0, pool). The
@@ -178,9 +218,9 @@ int bench_inputs_create(bench_inputs *in, const bench_layout *L, int64_t tokens,
     bench_rng r = {(seed ^ 0x9e3779b97f4a7c15ull) | 1};
     const int64_t rows = positions_per_token(L);
     const int64_t image_base = rows > 1 ? (int64_t)rng_below(&r, (uint64_t)max_position) : 0;
-    fill_values(&r, in->q, L->dtype, bench_rows_bytes(L, tokens, L->hq) / rp_dtype_size(L->dtype));
+    fill_values(&r, in->q, L->dtype, bench_q_bytes(L, tokens) / rp_dtype_size(L->dtype));
     fill_values(&r, in->k, L->dtype, bench_rows_bytes(L, tokens, L->hk) / rp_dtype_size(L->dtype));
-    fill_values(&r, in->v, L->dtype, bench_rows_bytes(L, tokens, L->hk) / rp_dtype_size(L->dtype));
+    fill_values(&r, in->v, L->dtype, bench_v_bytes(L, tokens) / rp_dtype_size(L->dtype));
     for (int64_t s = 0; s < L->pool_size; s++)
         perm[s] = (uint32_t)s;
     for (int64_t t = 0; t < tokens; t++) {
@@ -215,13 +255,19 @@ rp_rope_pool_args bench_call_args(const bench_layout *L, const bench_buffers *b,
                                   int64_t T, rp_device device)
 {
     const size_t es = rp_dtype_size(L->dtype), is = rp_dtype_size(L->index_dtype);
+    const int64_t dq = bench_dq(L), dv = bench_dv(L);
     const size_t q_off = (size_t)first * (size_t)(L->hq * L->d) * es;
     const size_t kv_off = (size_t)first * (size_t)(L->hk * L->d) * es;
     rp_rope_pool_args a;
     memset(&a, 0, sizeof a);
-    a.q = rp_tensor_3d((char *)b->q + q_off, L->dtype, T, L->hq, L->d);
+    /* q: the last d dims of each dq-wide head (MLA's q_pe = q[..., dq - d:]); the whole head else */
+    a.q = rp_tensor_3d((char *)b->q + ((size_t)(first * L->hq * dq) + (size_t)(dq - L->d)) * es, L->dtype, T,
+                       L->hq, L->d);
+    a.q.strides[0] = L->hq * dq;
+    a.q.strides[1] = dq;
     a.k = rp_tensor_3d((char *)b->k + kv_off, L->dtype, T, L->hk, L->d);
-    a.v = rp_tensor_3d((char *)b->v + kv_off, L->dtype, T, L->hk, L->d);
+    a.v = rp_tensor_3d((char *)b->v + (size_t)(first * L->hk * dv) * es, L->dtype, T, L->hk, dv);
+    a.v_head_dim = dv != L->d ? dv : 0;
     const int64_t rows = positions_per_token(L);
     a.positions = rp_tensor_1d((char *)b->positions + (size_t)(first * rows) * is, L->index_dtype, T);
     a.positions.strides[0] = rows; /* a layout without mRoPE on mRoPE inputs reads row t */
@@ -270,6 +316,9 @@ void bench_layout_set_variant(bench_layout *L, const bench_options *o)
     memcpy(L->mrope_section, o->shape.mrope_section, sizeof L->mrope_section);
     L->mrope_interleaved = o->shape.mrope_interleaved;
     L->positions_per_token = L->mrope_section[0] || L->mrope_section[1] || L->mrope_section[2] ? 3 : 1;
+    L->dq = o->shape.q_head_dim;
+    L->dv = o->shape.v_head_dim;
+    L->latent = o->shape.latent;
     L->norm_weights = L->norm_weights_dev = NULL;
     if (!o->shape.qk_norm)
         return;

@@ -52,6 +52,17 @@ static const bench_shape presets[] = {
      .rope_base = 1000000.0, .mrope_section = {16, 24, 24}},
     {.name = "qwen3-vl-8b", .model = "Qwen3-VL-8B (interleaved mRoPE [24, 20, 20])", .hq = 32, .hk = 8, .d = 128,
      .rope_base = 5000000.0, .mrope_section = {24, 20, 20}, .mrope_interleaved = 1},
+    /* DeepSeek-V3 / R1 MLA (config: kv_lora_rank 512, qk_rope_head_dim 64, qk_nope_head_dim 128,
+     * rope_theta 10000, rope_scaling yarn factor 40, original_max_position_embeddings 4096,
+     * beta_fast 32, beta_slow 1, mscale 1, mscale_all_dim 1): q_pe = q[..., 128:] of q [T, Hq, 192]
+     * and k_pe [T, 1, 64] rotate (GPT-J pairs), c_kv [T, 1, 512] is copied, and the cache row per
+     * slot is [c_kv | k_pe], 576 wide. Hq 128 is one GPU's heads at DP attention, 16 at TP 8. */
+    {.name = "deepseek-v3-mla", .model = "DeepSeek-V3 MLA (Hq 128)", .hq = 128, .hk = 1, .d = 64,
+     .rope_base = 10000.0, .style = RP_ROPE_GPTJ, .scaling = BENCH_ROPE_YARN, .factor = 40, .original_max = 4096,
+     .low = 1, .high = 32, .mscale = 1, .mscale_all_dim = 1, .q_head_dim = 192, .v_head_dim = 512, .latent = 1},
+    {.name = "deepseek-v3-mla-tp8", .model = "DeepSeek-V3 MLA, TP 8 (Hq 16)", .hq = 16, .hk = 1, .d = 64,
+     .rope_base = 10000.0, .style = RP_ROPE_GPTJ, .scaling = BENCH_ROPE_YARN, .factor = 40, .original_max = 4096,
+     .low = 1, .high = 32, .mscale = 1, .mscale_all_dim = 1, .q_head_dim = 192, .v_head_dim = 512, .latent = 1},
 };
 
 const bench_shape *bench_presets(int *count)

@@ -68,7 +68,11 @@ void bench_print_run_header(const bench_run *run)
                                           "HND (packed (blocks, Hk, block, 2D))"};
     printf("\n  pool %lld slots, positions < %lld, %s indices, %s\n", (long long)L->pool_size,
            (long long)run->max_position, rp_dtype_name(L->index_dtype), sets);
-    printf("  kv layout %s", layouts[L->kv_layout]);
+    if (L->latent)  /* MLA: one [c_kv | k_pe] row per token, no separate K and V planes */
+        printf("  kv layout %s", L->kv_layout == RP_KV_FLAT ? "flat latent rows [pool, dv + D]"
+                                                            : "NHD latent rows [blocks, block, dv + D]");
+    else
+        printf("  kv layout %s", layouts[L->kv_layout]);
     if (L->kv_layout != RP_KV_FLAT)
         printf(", block size %lld", (long long)L->block_size);
     printf(", pools %s\n", L->kv_dtype ? rp_dtype_name(L->kv_dtype) : rp_dtype_name(L->dtype));

@@ -34,6 +34,8 @@ int bench_rope_table(const bench_shape *s, double *inv_freq, double *attention_s
         h.rope_type = RP_HF_ROPE_YARN;
         h.beta_slow = s->low;
         h.beta_fast = s->high;
+        h.mscale = s->mscale;
+        h.mscale_all_dim = s->mscale_all_dim;
     } else {
         const int64_t half = R / 2;
         if (half > 256) {
@@ -68,5 +70,8 @@ const char *bench_variant_text(const bench_shape *s, double attention_scaling, c
     if ((s->mrope_section[0] || s->mrope_section[1] || s->mrope_section[2]) && n >= 0 && (size_t)n < size)
         snprintf(buf + n, size - (size_t)n, ", %smrope [%d, %d, %d]", s->mrope_interleaved ? "interleaved " : "",
                  (int)s->mrope_section[0], (int)s->mrope_section[1], (int)s->mrope_section[2]);
+    else if (s->v_head_dim && n >= 0 && (size_t)n < size)
+        snprintf(buf + n, size - (size_t)n, ", MLA: q_pe of %lld, v %lld%s", (long long)(s->q_head_dim ? s->q_head_dim : s->d),
+                 (long long)s->v_head_dim, s->latent ? ", one latent row" : "");
     return buf;
 }

@@ -101,6 +101,20 @@ for preset in gpt-j-6b qwen2.5-7b-yarn; do
     fi
 done
 
+# DeepSeek's MLA: q_pe inside q [T, 16, 192], the latent row [c_kv | k_pe] in a paged fp8 cache,
+# verified (c_kv's codes and the rotated k_pe against the float64 reference) next to the unfused
+# baseline; the latent row has no HND form.
+if "$bench" --backend cpu --preset deepseek-v3-mla-tp8 -T 3 --pool 4096 --threads 1 --seconds 0.01 --dtype bf16 \
+        --kv-layout NHD --block-size 64 --kv-dtype fp8_e4m3 >"$tmp/out" 2>"$tmp/err" &&
+        grep -q 'MLA: q_pe of 192, v 512, one latent row' "$tmp/out" &&
+        grep -qE '^ +3 +1 .* ok [0-9.]+ / ok [0-9.]+$' "$tmp/out"; then
+    echo "ok   mla_latent_sweep"
+else
+    fail "mla_latent_sweep: $(cat "$tmp/out" "$tmp/err")"
+fi
+expect_error mla_hnd "the latent cache row [c_kv | k_pe] is flat or NHD, not HND" --preset deepseek-v3-mla \
+    --kv-layout HND --backend cpu
+
 # Huge-page-backed buffers: same results, and the banner says so.
 if "$bench" --backend cpu --preset tinyllama-1.1b -T 4 --pool 4096 --threads 1 --seconds 0.02 --hugepages \
         --no-unfused >"$tmp/out" 2>"$tmp/err" && grep -q "transparent huge pages" "$tmp/out" &&

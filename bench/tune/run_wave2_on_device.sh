@@ -26,7 +26,12 @@ for shape in 32/8/128 16/8/256 32/4/64; do
   done
 done
 for bs in 1 128; do echo "== 32/8/128 NHD block $bs"; $R --shape 32/8/128 --kv-layout NHD --block-size $bs -T $TS --no-unfused; done
-for p in llama3.1-8b qwen2.5-7b-yarn gpt-j-6b gpt-neox-20b; do echo "== preset $p"; $R --preset $p -T 1,64,1024,4096,16384 --no-unfused; done
+for p in deepseek-v3-mla deepseek-v3-mla-tp8; do
+  for pools in "" "--kv-layout NHD --block-size 64" "--kv-dtype fp8_e4m3"; do
+    echo "== preset $p ${pools:-flat}"; $R --preset $p $pools -T 1,16,64,256,1024,4096,16384,65536 --no-unfused
+  done
+done
+for p in qwen3-8b qwen2.5-vl-7b qwen3-vl-8b llama3.1-8b qwen2.5-7b-yarn gpt-j-6b gpt-neox-20b; do echo "== preset $p"; $R --preset $p -T 1,64,1024,4096,16384 --no-unfused; done
 } > $OUT/bench.log 2>&1
 grep -E "^==|^ *[0-9]+ |rror|FAIL" $OUT/bench.log
 export PYTHONPATH=$PWD/$B/python

@@ -138,7 +138,7 @@ int main(int argc, char **argv)
     if (arena > pool) { fprintf(stderr, "T x sets exceeds the pool\n"); return 2; }
 
     const bench_layout L = {hq, hk, d, pool, 500000.0, dtype, RP_I64, 0, 0, NULL, 0.0, RP_KV_FLAT, 1, RP_DTYPE_UNSET, {0, 0, 0}, 0, 1,
-                            NULL, NULL};
+                            NULL, NULL, 0, 0, 0};
     bench_buffers b;
     memset(&b, 0, sizeof b);
     const size_t es = rp_dtype_size(dtype);
