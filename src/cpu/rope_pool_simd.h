@@ -162,11 +162,14 @@ enum { SIMD_STREAM_ROWS = 1, SIMD_STREAM_POOL = 2, SIMD_STAGE = 4 };
  * store of its rows to cover whole, aligned cache lines, so the stream path never stores part.
  * The rotation's vectors do when each rotated segment (NeoX: R/2 elements, twice; GPT-J: R) is
  * whole lines. When only the row is, in a partial-rotary call (GPT-NeoX's 24 of 96), SIMD_STAGE
- * rotates each head row into an L1 scratch row first and streams the whole row from there: a few
- * cached stores and loads instead of giving up streaming: on this VM, interleaved in one
- * process, 0.64x the time of not streaming in calls large enough to stream their rows (GPT-NeoX
- * shapes, T = 256 and 4096), but 1.16x at T = 1, so small calls do not stage. Full-rotary calls
- * keep the seed's rule (no streaming, as for D = 96 in 16-bit types). */
+ * rotates the lines of each head row that hold rotated dims into an L1 scratch row first and
+ * streams them from there, and the pass-through lines straight from the input: a few cached
+ * stores and loads instead of giving up streaming: on this VM, interleaved in one process, 0.64x
+ * the time of not streaming in calls large enough to stream their rows (GPT-NeoX shapes, T = 256
+ * and 4096), but 1.16x at T = 1, so small calls do not stage. Staging the whole row instead of
+ * its rotated lines cost 1.13-1.21x the seed call's time at GPT-NeoX-20B's f32 T = 4096 (one
+ * thread 1.39-1.53x); these lines alone, 0.96-1.05x (1.02-1.10x). Full-rotary calls keep the
+ * seed's rule (no streaming, as for D = 96 in 16-bit types). */
 static int simd_streaming(const rp_problem *p)
 {
     const int64_t elem = (int64_t)rp_dtype_size(p->dtype), R = p->rotary_dim;
@@ -301,16 +304,23 @@ static RP_ALWAYS_INLINE void simd_head(const rp_problem *p, rp_dtype dt, rp_dtyp
         return;
     }
     if ((mode & SIMD_STAGE) && (stream_dst || (pool && stream_pool))) {
-        /* An fp8 pool row (never streamed) takes its codes from the float32 rotation itself. */
+        /* Only the lines holding rotated dims go through the scratch row; the pass-through lines
+         * after them stream straight from src. An fp8 pool row (never streamed) takes its codes
+         * from the float32 rotation itself. */
         char row[SIMD_STAGE_BYTES] __attribute__((aligned(64)));
         char *fp8_pool = pool_dt != dt ? pool : NULL;
+        const int64_t staged = (R * elem + SIMD_LINE - 1) / SIMD_LINE * SIMD_LINE, rest = D * elem - staged;
         simd_rotate_pairs(p, dt, pool_dt, 0, 0, src, row, fp8_pool, 0, n, tc, ts, inv_scale);
-        simd_copy(0, row + R * elem, src + R * elem, (D - R) * elem);
-        simd_copy(stream_dst, dst, row, D * elem);
+        simd_copy(0, row + R * elem, src + R * elem, staged - R * elem);
+        simd_copy(stream_dst, dst, row, staged);
         if (fp8_pool)
             simd_to_fp8(dt, pool_dt, 0, (uint8_t *)pool + R, src + R * elem, D - R, inv_scale);
         else if (pool)
-            simd_copy(stream_pool, pool, row, D * elem);
+            simd_copy(stream_pool, pool, row, staged);
+        if (pool && !fp8_pool)
+            simd_copy(stream_pool, pool + staged, src + staged, rest);
+        if (dst != src)
+            simd_copy(stream_dst, dst + staged, src + staged, rest);
         return;
     }
     simd_rotate_pairs(p, dt, pool_dt, stream_dst, stream_pool, src, dst, pool, i0, n, tc, ts, inv_scale);
