@@ -15,8 +15,9 @@ stream synchronised at the end of each batch), beside the GPU time per call (CUD
 a CUDA graph of the same calls). ``--profile`` prints where the binding's time goes per call at
 the smallest T (argument parsing, array description, autograd checks, context and stream,
 outputs, the library call, version bumps and result), from ``_ropepool._profile``;
-``--fresh-outputs`` compares the ways fresh outputs' pages can be first touched
-(``ROPEPOOL_FRESH_OUTPUTS``, python/src/fresh_memory.c) at T >= 1024.
+``--fresh-outputs`` compares where fresh outputs' pages come from at T >= 1024
+(``ROPEPOOL_FRESH_OUTPUTS``, python/src/fresh_memory.c: the cache of freed outputs' blocks, the
+default, or new pages first touched in one of four ways).
 
     python -m ropepool.bench [--backend cpu|cuda] [-T 1,256,4096] [--rounds 5] [--profile] [--fresh-outputs]
 """
@@ -202,7 +203,7 @@ def profile(backend, torch, P, calls=20000, batches_of=40):
           " happens in the caller and is not included.)")
 
 
-STRATEGIES = ["none", "huge", "populate", "huge+populate"]
+STRATEGIES = ["cache", "huge", "none", "populate", "huge+populate"]
 
 
 def fresh_output_sweep(tokens, P, torch, rounds, budget_s):

@@ -92,4 +92,10 @@ int rpy_dlpack_to_tensor(const rpy_DLPackExchangeAPI *api, PyObject *obj, rp_ten
 PyObject *rpy_dlpack_empty_like(const rpy_DLPackExchangeAPI *api, PyObject *like, const rp_tensor *like_tensor,
                                 rp_tensor *out);
 
+/* A new C-contiguous CPU tensor of like's dtype and shape on `block` (bytes long, from
+ * rpy_output_block_take), which goes back to the cache when torch frees the tensor; its
+ * description in *out. NULL with an exception on failure (the block is given back). */
+PyObject *rpy_dlpack_on_block(const rpy_DLPackExchangeAPI *api, const rp_tensor *like_tensor, void *block,
+                              size_t bytes, rp_tensor *out);
+
 #endif /* RPY_DLPACK_H */

@@ -1,21 +1,27 @@
 /*
- * fresh_memory.c — how the pages of a newly allocated CPU output are first touched.
+ * fresh_memory.c — where the pages of a newly allocated CPU output come from.
  *
  * A large output (q_rot is 64 MiB at T = 4096 for Llama-3-8B in float32) comes from the allocator
  * as fresh pages of a new mapping: glibc maps blocks of 32 MiB and more with mmap and unmaps them
  * when freed, so every call's outputs are new memory that the kernel must zero page by page when
- * the library's worker threads first store into it. With 4 KiB pages that is one fault per page
- * (20,480 per call at T = 4096); NumPy asks for transparent huge pages for its large arrays
- * (madvise MADV_HUGEPAGE, 4 MiB and up), torch does not. This file gives torch outputs the same
- * advice, so that both frameworks fault 2 MiB at a time; the zeroing itself stays (fresh memory
- * must be zeroed) and is what q_out / k_out avoid. Measured in bench/results/python-call-cpu.md.
+ * the library's worker threads first store into it — as long as the kernel itself at T = 4096.
  *
- * ROPEPOOL_FRESH_OUTPUTS selects the strategy, for measuring it on a machine: "huge" (the
- * default), "none" (the allocator's pages as they come), "populate" (MADV_POPULATE_WRITE: fault
+ * So outputs of LARGE bytes and more come from a small cache of blocks (the default, "cache"):
+ * 2 MiB-aligned mappings with transparent-huge-page advice, handed back to the cache when the
+ * array (NumPy: a capsule as its base; torch: the DLPack deleter) is freed, and reused by the
+ * next output of that size, already faulted in — what torch's CUDA caching allocator does for
+ * device memory. The cache keeps at most CACHE_BLOCKS blocks and ROPEPOOL_OUTPUT_CACHE_MB MiB
+ * (default 1024; 0 turns it off), the oldest unmapped first. Measured in
+ * bench/results/python-call-cpu.md.
+ *
+ * ROPEPOOL_FRESH_OUTPUTS selects the strategy, for measuring it on a machine: "cache" (the
+ * default), "huge" (the allocator's pages, with NumPy's huge-page advice given to torch outputs
+ * too), "none" (the allocator's pages as they come), "populate" (MADV_POPULATE_WRITE: fault
  * them all in the calling thread before the kernel runs), "huge+populate".
  */
 #include "binding.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,28 +30,139 @@
 #include <sys/mman.h>
 #endif
 
-enum { ADVISE_HUGE = 1, ADVISE_POPULATE = 2, HUGE_PAGE = 2 << 20, LARGE = 4 << 20 };
+enum { ADVISE_HUGE = 1, ADVISE_POPULATE = 2, REUSE = 4, HUGE_PAGE = 2 << 20, LARGE = 4 << 20, CACHE_BLOCKS = 8 };
 
 /* Read at every large allocation (a getenv beside a 4 MiB allocation is free), so that a
  * measurement can switch strategies between rounds in one process. */
 static int strategy(void)
 {
     const char *s = getenv("ROPEPOOL_FRESH_OUTPUTS");
-    return s == NULL || strcmp(s, "huge") == 0 ? ADVISE_HUGE
+    return s == NULL || strcmp(s, "cache") == 0 ? REUSE
+           : strcmp(s, "huge") == 0            ? ADVISE_HUGE
            : strcmp(s, "populate") == 0        ? ADVISE_POPULATE
            : strcmp(s, "huge+populate") == 0   ? ADVISE_HUGE | ADVISE_POPULATE
                                                : 0;
 }
 
-void rpy_advise_fresh_output(const rp_tensor *t)
+static size_t tensor_bytes(const rp_tensor *t)
 {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
     size_t bytes = rp_dtype_size((rp_dtype)t->dtype);
     for (int d = 0; d < t->ndim && d < RP_MAX_DIMS; d++)
         bytes *= (size_t)t->shape[d];
+    return bytes;
+}
+
+/* ---- the block cache ------------------------------------------------------------------------ */
+
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+static struct {
+    pthread_mutex_t lock;
+    void *block[CACHE_BLOCKS]; /* oldest first */
+    size_t bytes[CACHE_BLOCKS];
+    int count;
+    size_t total;
+} cache = {PTHREAD_MUTEX_INITIALIZER, {0}, {0}, 0, 0};
+
+static size_t cache_limit(void)
+{
+    const char *s = getenv("ROPEPOOL_OUTPUT_CACHE_MB");
+    if (s == NULL || *s == '\0')
+        return (size_t)1024 << 20;
+    char *end;
+    const unsigned long long mb = strtoull(s, &end, 10);
+    return *end != '\0' || mb > ((size_t)-1 >> 21) ? 0 : (size_t)mb << 20; /* unreadable: off */
+}
+
+/* A new 2 MiB-aligned mapping of `bytes` (a multiple of HUGE_PAGE), advised huge; NULL on failure. */
+static void *map_block(size_t bytes)
+{
+    char *p = mmap(NULL, bytes + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    char *aligned = (char *)(((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+    if (aligned > p)
+        munmap(p, (size_t)(aligned - p));
+    munmap(aligned + bytes, (size_t)(p + HUGE_PAGE - aligned));
+    (void)madvise(aligned, bytes, MADV_HUGEPAGE);
+    return aligned;
+}
+
+void *rpy_output_block_take(const rp_tensor *like, size_t *block_bytes)
+{
+    const size_t need = tensor_bytes(like);
+    if (need < LARGE || strategy() != REUSE || cache_limit() == 0)
+        return NULL;
+    const size_t bytes = (need + HUGE_PAGE - 1) & ~(size_t)(HUGE_PAGE - 1);
+    void *found = NULL;
+    pthread_mutex_lock(&cache.lock);
+    for (int i = cache.count - 1; i >= 0 && found == NULL; i--) /* the newest block of that size */
+        if (cache.bytes[i] == bytes) {
+            found = cache.block[i];
+            cache.total -= bytes;
+            memmove(&cache.block[i], &cache.block[i + 1], (size_t)(cache.count - i - 1) * sizeof(void *));
+            memmove(&cache.bytes[i], &cache.bytes[i + 1], (size_t)(cache.count - i - 1) * sizeof(size_t));
+            cache.count--;
+        }
+    pthread_mutex_unlock(&cache.lock);
+    if (found == NULL)
+        found = map_block(bytes);
+    *block_bytes = bytes;
+    return found;
+}
+
+void rpy_output_block_give(void *block, size_t bytes)
+{
+    const size_t limit = cache_limit();
+    void *evicted[CACHE_BLOCKS + 1];
+    size_t evicted_bytes[CACHE_BLOCKS + 1];
+    int num_evicted = 0;
+    pthread_mutex_lock(&cache.lock);
+    if (bytes > limit) {
+        evicted[num_evicted] = block;
+        evicted_bytes[num_evicted++] = bytes;
+    } else {
+        while (cache.count > 0 && (cache.count == CACHE_BLOCKS || cache.total + bytes > limit)) {
+            evicted[num_evicted] = cache.block[0];
+            evicted_bytes[num_evicted++] = cache.bytes[0];
+            cache.total -= cache.bytes[0];
+            memmove(&cache.block[0], &cache.block[1], (size_t)(cache.count - 1) * sizeof(void *));
+            memmove(&cache.bytes[0], &cache.bytes[1], (size_t)(cache.count - 1) * sizeof(size_t));
+            cache.count--;
+        }
+        cache.block[cache.count] = block;
+        cache.bytes[cache.count++] = bytes;
+        cache.total += bytes;
+    }
+    pthread_mutex_unlock(&cache.lock);
+    for (int i = 0; i < num_evicted; i++) /* outside the lock: unmapping takes a while */
+        munmap(evicted[i], evicted_bytes[i]);
+}
+#else
+void *rpy_output_block_take(const rp_tensor *like, size_t *block_bytes)
+{
+    (void)like;
+    *block_bytes = 0;
+    return NULL;
+}
+
+void rpy_output_block_give(void *block, size_t bytes)
+{
+    (void)block;
+    (void)bytes;
+}
+#endif
+
+/* ---- advice for the allocator's pages ------------------------------------------------------- */
+
+void rpy_advise_fresh_output(const rp_tensor *t)
+{
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    const size_t bytes = tensor_bytes(t);
     if (bytes < LARGE)
         return;
-    const int how = strategy();
+    int how = strategy();
+    if (how == REUSE) /* an output the cache did not serve (turned off, or out of memory) */
+        how = ADVISE_HUGE;
     if (how == 0)
         return;
     /* The whole huge pages inside the block: advice is per page, and the block's head and tail

@@ -8,6 +8,8 @@
  */
 #include "binding.h"
 
+#include <stdint.h>
+
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>
 
@@ -112,16 +114,56 @@ static int numpy_to_tensor(PyObject *obj, const char *name, rp_tensor *t)
     return 0;
 }
 
+static const char block_capsule_name[] = "ropepool.output_block";
+
+static void give_block_back(PyObject *capsule)
+{
+    rpy_output_block_give(PyCapsule_GetPointer(capsule, block_capsule_name),
+                          (size_t)(uintptr_t)PyCapsule_GetContext(capsule));
+}
+
+/* A C-contiguous array over a block of fresh_memory.c's cache, which gets the block back when
+ * the array and every view of it are gone (the capsule is their base). NULL with an exception. */
+static PyObject *array_on_block(PyArrayObject *like, void *block, size_t bytes)
+{
+    PyObject *capsule = PyCapsule_New(block, block_capsule_name, NULL);
+    if (capsule == NULL || PyCapsule_SetContext(capsule, (void *)(uintptr_t)bytes) < 0 ||
+        PyCapsule_SetDestructor(capsule, give_block_back) < 0) {
+        Py_XDECREF(capsule); /* no destructor yet */
+        rpy_output_block_give(block, bytes);
+        return NULL;
+    }
+    PyArray_Descr *descr = PyArray_DESCR(like);
+    Py_INCREF(descr); /* PyArray_NewFromDescr steals it */
+    PyObject *arr = PyArray_NewFromDescr(&PyArray_Type, descr, PyArray_NDIM(like), PyArray_DIMS(like), NULL,
+                                         block, NPY_ARRAY_CARRAY, NULL);
+    if (arr == NULL) {
+        Py_DECREF(capsule); /* its destructor gives the block back */
+        return NULL;
+    }
+    if (PyArray_SetBaseObject((PyArrayObject *)arr, capsule) < 0) { /* steals capsule, even then */
+        Py_DECREF(arr);
+        return NULL;
+    }
+    return arr;
+}
+
 static PyObject *numpy_empty_like(PyObject *like, const rp_tensor *like_tensor, rp_tensor *out)
 {
-    (void)like_tensor;
     PyArrayObject *a = (PyArrayObject *)like;
-    PyArray_Descr *descr = PyArray_DESCR(a);
-    Py_INCREF(descr); /* PyArray_Empty steals it */
-    PyObject *arr = PyArray_Empty(PyArray_NDIM(a), PyArray_DIMS(a), descr, 0);
+    size_t bytes;
+    void *block = rpy_output_block_take(like_tensor, &bytes);
+    PyObject *arr;
+    if (block != NULL) {
+        arr = array_on_block(a, block, bytes);
+    } else {
+        PyArray_Descr *descr = PyArray_DESCR(a);
+        Py_INCREF(descr); /* PyArray_Empty steals it */
+        arr = PyArray_Empty(PyArray_NDIM(a), PyArray_DIMS(a), descr, 0);
+    }
     if (arr != NULL && numpy_to_tensor(arr, "output", out) < 0)
         Py_CLEAR(arr);
-    if (arr != NULL)
+    if (arr != NULL && block == NULL)
         rpy_advise_fresh_output(out);
     return arr;
 }

@@ -119,3 +119,53 @@ PyObject *rpy_dlpack_empty_like(const rpy_DLPackExchangeAPI *api, PyObject *like
     }
     return (PyObject *)obj;
 }
+
+/* ---- outputs on fresh_memory.c's blocks ------------------------------------------------------ */
+
+typedef struct {
+    rpy_DLManagedTensorVersioned managed;
+    int64_t shape[RP_MAX_DIMS], strides[RP_MAX_DIMS];
+    size_t bytes;
+} block_tensor;
+
+/* Called by torch when the tensor's storage is freed, from any thread. */
+static void block_tensor_deleter(rpy_DLManagedTensorVersioned *self)
+{
+    block_tensor *b = (block_tensor *)self->manager_ctx;
+    rpy_output_block_give(b->managed.dl_tensor.data, b->bytes);
+    free(b);
+}
+
+PyObject *rpy_dlpack_on_block(const rpy_DLPackExchangeAPI *api, const rp_tensor *like_tensor, void *block,
+                              size_t bytes, rp_tensor *out)
+{
+    block_tensor *b = calloc(1, sizeof *b);
+    rpy_DLTensor *dl = b ? &b->managed.dl_tensor : NULL;
+    if (b == NULL || !prototype_of(like_tensor, dl) || like_tensor->device.type != RP_DEVICE_CPU) {
+        free(b);
+        rpy_output_block_give(block, bytes);
+        return PyErr_NoMemory();
+    }
+    int64_t step = 1;
+    for (int d = like_tensor->ndim - 1; d >= 0; d--) { /* C-contiguous */
+        b->shape[d] = like_tensor->shape[d];
+        b->strides[d] = step;
+        step *= like_tensor->shape[d];
+    }
+    dl->data = block;
+    dl->shape = b->shape;
+    dl->strides = b->strides;
+    dl->device.device_type = RPY_DL_CPU;
+    b->bytes = bytes;
+    b->managed.version = (rpy_DLPackVersion){RPY_DLPACK_MAJOR, 0};
+    b->managed.manager_ctx = b;
+    b->managed.deleter = block_tensor_deleter;
+    describe(dl, out);
+    void *obj = NULL;
+    if (api->managed_tensor_to_py_object_no_sync(&b->managed, &obj) != 0 || obj == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "wrapping an output tensor failed");
+        return NULL; /* the tensor was stolen: torch called its deleter */
+    }
+    return (PyObject *)obj;
+}

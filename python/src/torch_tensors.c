@@ -215,7 +215,13 @@ static int torch_mark_written(PyObject *const *objs, int num)
 static PyObject *torch_empty_like(PyObject *like, const rp_tensor *like_tensor, rp_tensor *out)
 {
     PyObject *arr;
-    if (exchange_reads(like) && like_tensor->ndim <= RP_MAX_DIMS) {
+    size_t bytes;
+    void *block = NULL;
+    if (exchange_reads(like) && like_tensor->ndim <= RP_MAX_DIMS && like_tensor->device.type == RP_DEVICE_CPU)
+        block = rpy_output_block_take(like_tensor, &bytes);
+    if (block != NULL) {
+        return rpy_dlpack_on_block(exchange, like_tensor, block, bytes, out);
+    } else if (exchange_reads(like) && like_tensor->ndim <= RP_MAX_DIMS) {
         arr = rpy_dlpack_empty_like(exchange, like, like_tensor, out);
     } else {
         /* torch.empty_like(like, memory_format=torch.contiguous_format): like's dtype and device,

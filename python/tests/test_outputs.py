@@ -163,3 +163,56 @@ def test_written_outputs_have_their_version_bumped(ropepool, torch_fw):
     versions = [x._version for x in (q_out, k_out, p.k_pool, p.v_pool)]
     p.call(ropepool, q_out=q_out, k_out=k_out)
     assert [x._version for x in (q_out, k_out, p.k_pool, p.v_pool)] == [v + 1 for v in versions]
+
+
+def large_problem(fw, seed):
+    """Fresh q_rot and k_rot of 4 MiB and more: served by the binding's cache of freed outputs'
+    blocks (python/src/fresh_memory.c)."""
+    T = 520
+    return Problem(fw, T=T, Hq=32, Hk=32, D=64, P=T, seed=seed)
+
+
+def check_fresh(p, result):
+    (q_want, q_mag), (k_want, k_mag) = expected(p)
+    assert_within_bound("q_rot", p.fw.f64(result[0]), q_want, q_mag, p.dtype)
+    assert_within_bound("k_rot", p.fw.f64(result[1]), k_want, k_mag, p.dtype)
+
+
+def data_ptr(fw, x):
+    return x.ctypes.data if fw.name == "numpy" else x.data_ptr()
+
+
+def test_large_fresh_outputs_reuse_freed_blocks_and_are_all_rewritten(ropepool, cpu_fw):
+    first = large_problem(cpu_fw, seed=1)
+    result = first.call(ropepool)
+    check_fresh(first, result)
+    assert result[0].shape == first.q.shape and result[0].dtype == first.q.dtype
+    addresses = {data_ptr(cpu_fw, result[0]), data_ptr(cpu_fw, result[1])}
+    del result
+    second = large_problem(cpu_fw, seed=2)  # other values: a stale row of the first call would show
+    result = second.call(ropepool)
+    assert {data_ptr(cpu_fw, result[0]), data_ptr(cpu_fw, result[1])} == addresses, \
+        "a freed output's block was not reused"
+    check_fresh(second, result)
+    result[0][0, 0, 0] = 1.0  # writable, as any fresh output
+    assert result[0].is_contiguous() if cpu_fw.name == "torch" else result[0].flags["C_CONTIGUOUS"]
+
+
+def test_a_view_of_a_fresh_output_keeps_its_block(ropepool, cpu_fw):
+    first = large_problem(cpu_fw, seed=1)
+    q_rot, k_rot, _, _ = first.call(ropepool)
+    view, kept = q_rot[3:], cpu_fw.bits(q_rot[3:]).copy()
+    del q_rot, k_rot
+    second = large_problem(cpu_fw, seed=2)
+    result = second.call(ropepool)
+    assert not cpu_fw.shares_memory(result[0], view) and not cpu_fw.shares_memory(result[1], view)
+    assert np.array_equal(cpu_fw.bits(view), kept), "a live view's memory was handed to another output"
+    check_fresh(second, result)
+
+
+def test_the_output_cache_turns_off_with_a_zero_budget(ropepool, np_fw, monkeypatch):
+    monkeypatch.setenv("ROPEPOOL_OUTPUT_CACHE_MB", "0")
+    p = large_problem(np_fw, seed=3)
+    result = p.call(ropepool)
+    assert result[0].base is None and result[0].flags["OWNDATA"], "the output came from the cache"
+    check_fresh(p, result)
