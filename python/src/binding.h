@@ -105,7 +105,8 @@ int rpy_inv_freq(PyObject *obj, int64_t count, double *out);
 void rpy_advise_fresh_output(const rp_tensor *t);
 /* The memory of a new CPU output shaped like `like` from fresh_memory.c's cache of blocks (*block_bytes
  * receives the block's size, for rpy_output_block_give), or NULL where the output is small, the
- * cache is off or out of memory: allocate it as usual then. Never raises; any thread. */
+ * cache is off or out of memory: allocate it as usual then. NULL with a ValueError when
+ * ROPEPOOL_OUTPUT_CACHE_MB is not a number it can honour. With the GIL held. */
 void *rpy_output_block_take(const rp_tensor *like, size_t *block_bytes);
 /* Hands a block back when the output that held it is freed; any thread, GIL or not. */
 void rpy_output_block_give(void *block, size_t bytes);

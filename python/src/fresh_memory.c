@@ -21,6 +21,7 @@
  */
 #include "binding.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -63,14 +64,23 @@ static struct {
     size_t total;
 } cache = {PTHREAD_MUTEX_INITIALIZER, {0}, {0}, 0, 0};
 
-static size_t cache_limit(void)
+/* ROPEPOOL_OUTPUT_CACHE_MB in bytes into *limit; -1 when it is not a whole number of MiB up to
+ * 2^30 (take refuses the call then; give, which cannot raise, treats it as 0). */
+static int cache_limit(size_t *limit)
 {
     const char *s = getenv("ROPEPOOL_OUTPUT_CACHE_MB");
+    *limit = (size_t)1024 << 20;
     if (s == NULL || *s == '\0')
-        return (size_t)1024 << 20;
+        return 0;
     char *end;
-    const unsigned long long mb = strtoull(s, &end, 10);
-    return *end != '\0' || mb > ((size_t)-1 >> 21) ? 0 : (size_t)mb << 20; /* unreadable: off */
+    errno = 0;
+    const long long mb = strtoll(s, &end, 10);
+    if (errno != 0 || *end != '\0' || mb < 0 || mb > (1ll << 30)) {
+        *limit = 0;
+        return -1;
+    }
+    *limit = (size_t)mb << 20;
+    return 0;
 }
 
 /* A new 2 MiB-aligned mapping of `bytes` (a multiple of HUGE_PAGE), advised huge; NULL on failure. */
@@ -90,7 +100,17 @@ static void *map_block(size_t bytes)
 void *rpy_output_block_take(const rp_tensor *like, size_t *block_bytes)
 {
     const size_t need = tensor_bytes(like);
-    if (need < LARGE || strategy() != REUSE || cache_limit() == 0)
+    size_t limit;
+    *block_bytes = 0;
+    if (need < LARGE || strategy() != REUSE)
+        return NULL;
+    if (cache_limit(&limit) < 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "ROPEPOOL_OUTPUT_CACHE_MB must be a whole number of MiB from 0 (no cache) to 2^30, got '%s'",
+                     getenv("ROPEPOOL_OUTPUT_CACHE_MB"));
+        return NULL;
+    }
+    if (limit == 0)
         return NULL;
     const size_t bytes = (need + HUGE_PAGE - 1) & ~(size_t)(HUGE_PAGE - 1);
     void *found = NULL;
@@ -112,7 +132,8 @@ void *rpy_output_block_take(const rp_tensor *like, size_t *block_bytes)
 
 void rpy_output_block_give(void *block, size_t bytes)
 {
-    const size_t limit = cache_limit();
+    size_t limit;
+    (void)cache_limit(&limit);
     void *evicted[CACHE_BLOCKS + 1];
     size_t evicted_bytes[CACHE_BLOCKS + 1];
     int num_evicted = 0;

@@ -153,6 +153,8 @@ static PyObject *numpy_empty_like(PyObject *like, const rp_tensor *like_tensor, 
     PyArrayObject *a = (PyArrayObject *)like;
     size_t bytes;
     void *block = rpy_output_block_take(like_tensor, &bytes);
+    if (block == NULL && PyErr_Occurred())
+        return NULL;
     PyObject *arr;
     if (block != NULL) {
         arr = array_on_block(a, block, bytes);

@@ -219,6 +219,8 @@ static PyObject *torch_empty_like(PyObject *like, const rp_tensor *like_tensor, 
     void *block = NULL;
     if (exchange_reads(like) && like_tensor->ndim <= RP_MAX_DIMS && like_tensor->device.type == RP_DEVICE_CPU)
         block = rpy_output_block_take(like_tensor, &bytes);
+    if (block == NULL && PyErr_Occurred())
+        return NULL;
     if (block != NULL) {
         return rpy_dlpack_on_block(exchange, like_tensor, block, bytes, out);
     } else if (exchange_reads(like) && like_tensor->ndim <= RP_MAX_DIMS) {

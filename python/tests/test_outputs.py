@@ -2,6 +2,8 @@
 k_out=k rotate in place; any strides; and every refusal (shape, dtype, device, read-only, overlap
 with a pool, an input or each other) names q_out / k_out and writes nothing."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -216,3 +218,14 @@ def test_the_output_cache_turns_off_with_a_zero_budget(ropepool, np_fw, monkeypa
     result = p.call(ropepool)
     assert result[0].base is None and result[0].flags["OWNDATA"], "the output came from the cache"
     check_fresh(p, result)
+
+
+@pytest.mark.parametrize("setting", ["lots", "-1", "1.5", str(2**31)])
+def test_an_unreadable_output_cache_budget_is_refused_naming_it(ropepool, cpu_fw, monkeypatch, setting):
+    monkeypatch.setenv("ROPEPOOL_OUTPUT_CACHE_MB", setting)
+    p = large_problem(cpu_fw, seed=4)
+    before = [cpu_fw.bits(x).copy() for x in (p.k_pool, p.v_pool)]
+    with pytest.raises(ValueError, match=f"ROPEPOOL_OUTPUT_CACHE_MB .*got '{re.escape(setting)}'"):
+        p.call(ropepool)
+    assert all(np.array_equal(b, cpu_fw.bits(x)) for b, x in zip(before, (p.k_pool, p.v_pool))), \
+        "a refused call wrote a pool"
