@@ -77,6 +77,10 @@ int rpy_refuse(const char *format, ...);
 /* An integer (int, NumPy integer, anything with __index__) within [lo, hi]; TypeError or
  * ValueError naming `name` otherwise. 0 or -1. */
 int rpy_integer(PyObject *obj, const char *name, long long lo, long long hi, long long *out);
+/* The environment variable `name` as a decimal integer within [lo, hi] into *out; unset or empty:
+ * fallback. -1 (never raises: callers name the variable in their own message, or cannot raise)
+ * when it is anything else, with *out = fallback. Any thread. */
+int rpy_env_integer(const char *name, long long lo, long long hi, long long fallback, long long *out);
 /* A real number; a value too large for a double is refused naming `name`. 0 or -1. */
 int rpy_float(PyObject *obj, const char *name, double *out);
 /* is_neox: True (RP_ROPE_NEOX) or False (RP_ROPE_GPTJ). */

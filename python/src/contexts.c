@@ -39,17 +39,11 @@ int rpy_contexts_init(void)
 /* ROPEPOOL_NUM_THREADS: the CPU context's thread count; unset or empty = 0 (one per online CPU). */
 static int threads_from_environment(int32_t *out)
 {
-    const char *text = getenv("ROPEPOOL_NUM_THREADS");
-    *out = 0;
-    if (text == NULL || *text == '\0')
-        return 0;
-    char *end;
-    errno = 0;
-    const long value = strtol(text, &end, 10);
-    if (errno != 0 || *end != '\0' || value < 0 || value > 4096) {
+    long long value;
+    if (rpy_env_integer("ROPEPOOL_NUM_THREADS", 0, 4096, 0, &value) < 0) {
         PyErr_Format(PyExc_ValueError,
                      "ROPEPOOL_NUM_THREADS must be an integer in [0, 4096] (0 = one thread per "
-                     "CPU), got '%s'", text);
+                     "CPU), got '%s'", getenv("ROPEPOOL_NUM_THREADS"));
         return -1;
     }
     *out = (int32_t)value;

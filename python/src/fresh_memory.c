@@ -21,7 +21,6 @@
  */
 #include "binding.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -68,19 +67,10 @@ static struct {
  * 2^30 (take refuses the call then; give, which cannot raise, treats it as 0). */
 static int cache_limit(size_t *limit)
 {
-    const char *s = getenv("ROPEPOOL_OUTPUT_CACHE_MB");
-    *limit = (size_t)1024 << 20;
-    if (s == NULL || *s == '\0')
-        return 0;
-    char *end;
-    errno = 0;
-    const long long mb = strtoll(s, &end, 10);
-    if (errno != 0 || *end != '\0' || mb < 0 || mb > (1ll << 30)) {
-        *limit = 0;
-        return -1;
-    }
-    *limit = (size_t)mb << 20;
-    return 0;
+    long long mb;
+    const int rc = rpy_env_integer("ROPEPOOL_OUTPUT_CACHE_MB", 0, 1ll << 30, 1024, &mb);
+    *limit = rc < 0 ? 0 : (size_t)mb << 20;
+    return rc;
 }
 
 /* A new 2 MiB-aligned mapping of `bytes` (a multiple of HUGE_PAGE), advised huge; NULL on failure. */

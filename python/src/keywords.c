@@ -4,11 +4,14 @@
  * The binding converts; the library validates. A value of the wrong Python type, or one that has
  * no field value at all (a string that names no layout, a number too large for a double), is
  * refused here with a RopePoolError naming the argument and the value; every range check (is
- * rotary_dim even, is k_scale positive, ...) is the library's.
+ * rotary_dim even, is k_scale positive, ...) is the library's. Also the environment's integer
+ * settings (ROPEPOOL_NUM_THREADS, ROPEPOOL_OUTPUT_CACHE_MB).
  */
 #include "binding.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 int rpy_integer(PyObject *obj, const char *name, long long lo, long long hi, long long *out)
@@ -274,4 +277,19 @@ int rpy_inv_freq(PyObject *obj, int64_t count, double *out)
     }
     Py_DECREF(host); /* after the copy: host may be the only reference to the memory read */
     return result;
+}
+
+int rpy_env_integer(const char *name, long long lo, long long hi, long long fallback, long long *out)
+{
+    const char *text = getenv(name);
+    *out = fallback;
+    if (text == NULL || *text == '\0')
+        return 0;
+    char *end;
+    errno = 0;
+    const long long value = strtoll(text, &end, 10);
+    if (errno != 0 || *end != '\0' || value < lo || value > hi)
+        return -1;
+    *out = value;
+    return 0;
 }

@@ -313,12 +313,12 @@ static RP_ALWAYS_INLINE void simd_head(const rp_problem *p, rp_dtype dt, rp_dtyp
         simd_rotate_pairs(p, dt, pool_dt, 0, 0, src, row, fp8_pool, 0, n, tc, ts, inv_scale);
         simd_copy(0, row + R * elem, src + R * elem, staged - R * elem);
         simd_copy(stream_dst, dst, row, staged);
-        if (fp8_pool)
+        if (fp8_pool) {
             simd_to_fp8(dt, pool_dt, 0, (uint8_t *)pool + R, src + R * elem, D - R, inv_scale);
-        else if (pool)
+        } else if (pool) {
             simd_copy(stream_pool, pool, row, staged);
-        if (pool && !fp8_pool)
             simd_copy(stream_pool, pool + staged, src + staged, rest);
+        }
         if (dst != src)
             simd_copy(stream_dst, dst + staged, src + staged, rest);
         return;
