@@ -264,6 +264,10 @@ def run(args, rank=0, world=1, local_rank=0):
             with open(args.json, "w") as f:
                 json.dump(tokens, f)
     if group is not None:
+        # Leave together: a rank that tears its process group down while a peer still talks to it
+        # (rank 0 is still printing and writing the JSON) can abort the peer's gloo threads.
+        dist.barrier(group)
+        del engine
         dist.destroy_process_group()
 
 

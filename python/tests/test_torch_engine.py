@@ -26,6 +26,7 @@ ulps of the largest logit: BF16_TOL = 8 * 2^-8 * max|logit|, with the same margi
 """
 
 import os
+import socket
 import subprocess
 import sys
 
@@ -41,6 +42,13 @@ import torch_engine as te  # noqa: E402
 LOGIT_TOL = 1e-5
 LENGTHS = [5, 11, 3]
 NEW_TOKENS = 8
+
+
+def free_port():
+    """A TCP port nothing listens on now: fixed ports collide with other jobs on a shared CI host."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def reference(model, prompts, new_tokens=NEW_TOKENS):
@@ -107,8 +115,7 @@ def test_tensor_parallel_engine_on_one_rank_generates_the_same_tokens(ropepool, 
     model = te.tiny_model("qwen2-yarn", device=device)
     prompts = te.random_prompts(model.config.vocab_size, LENGTHS)
     alone = te.Engine(model).generate(prompts, NEW_TOKENS)
-    port = 29541 if backend == "gloo" else 29543
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     try:
         assert te.Engine(model, group=dist.group.WORLD).generate(prompts, NEW_TOKENS)[0] == alone[0]
     finally:
@@ -123,12 +130,12 @@ def test_tensor_parallel_engine_on_two_gloo_ranks_generates_the_same_tokens(rope
     command = [sys.executable, os.path.join(EXAMPLES, "torch_engine.py"), "--config", "llama3", "--tokens",
                str(NEW_TOKENS), "--lengths", *map(str, LENGTHS), "--json", str(out)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT="29542", OMP_NUM_THREADS="1")
+               MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
     ranks = [subprocess.Popen(command, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for r in range(2)]  # as torchrun starts them
-    for rank in ranks:
-        _, err = rank.communicate(timeout=300)
-        assert rank.returncode == 0, err[-3000:]
+    outputs = [rank.communicate(timeout=300) for rank in ranks]
+    for r, (rank, (out_text, err)) in enumerate(zip(ranks, outputs)):
+        assert rank.returncode == 0, f"rank {r} exited with {rank.returncode}:\n{out_text[-1500:]}\n{err[-3000:]}"
     import json
 
     sharded = json.loads(out.read_text())
