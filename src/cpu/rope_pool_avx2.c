@@ -112,17 +112,17 @@ static RP_ALWAYS_INLINE void store8(rp_dtype dt, int stream, char *p, __m256 v)
 static RP_ALWAYS_INLINE __m128i fp8_convert8(rp_dtype fmt, __m256 v)
 {
     const int e5m2 = fmt == RP_F8_E5M2, mant = e5m2 ? 2 : 3, shift = 23 - mant, bias = e5m2 ? 15 : 7;
-    const __m256i u = _mm256_castps_si256(v), a = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(a, shift), _mm256_set1_epi32(1));
-    const __m256i rounded = _mm256_add_epi32(_mm256_add_epi32(a, _mm256_set1_epi32((1 << (shift - 1)) - 1)), lsb);
-    __m256i code = _mm256_sub_epi32(_mm256_srli_epi32(rounded, shift), _mm256_set1_epi32((127 - bias) << mant));
-    const __m256 magic = _mm256_set1_ps(e5m2 ? 0x1p7f : 0x1p14f);
-    const __m256i sub = _mm256_sub_epi32(_mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(a), magic)),
-                                         _mm256_castps_si256(magic));
     const int min_normal = (127 + 1 - bias) << 23, max_bits = e5m2 ? 0x47600000 : 0x43e00000;
-    code = _mm256_blendv_epi8(code, sub, _mm256_cmpgt_epi32(_mm256_set1_epi32(min_normal), a));
-    code = _mm256_blendv_epi8(code, _mm256_set1_epi32(e5m2 ? 0x7b : 0x7e),
-                              _mm256_cmpgt_epi32(a, _mm256_set1_epi32(max_bits - 1)));
+    const __m256i u = _mm256_castps_si256(v), a = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+    const __m256i c = _mm256_min_epu32(a, _mm256_set1_epi32(max_bits));
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(c, shift), _mm256_set1_epi32(1));
+    const __m256i round_rebias = _mm256_set1_epi32((1 << (shift - 1)) - 1 - ((127 - bias) << 23));
+    __m256i code = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(c, round_rebias), lsb), shift);
+    const __m256 magic = _mm256_set1_ps(e5m2 ? 0x1p7f : 0x1p14f);
+    const __m256i sub = _mm256_sub_epi32(_mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(c), magic)),
+                                         _mm256_castps_si256(magic));
+    /* c, a <= 0x7fffffff: the signed compares order them as unsigned */
+    code = _mm256_blendv_epi8(code, sub, _mm256_cmpgt_epi32(_mm256_set1_epi32(min_normal), c));
     code = _mm256_blendv_epi8(code, _mm256_set1_epi32(e5m2 ? 0x7e : 0x7f),
                               _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000)));
     code = _mm256_or_si256(code, _mm256_srli_epi32(_mm256_andnot_si256(a, u), 24));

@@ -145,27 +145,29 @@ static RP_ALWAYS_INLINE void store_line(rp_dtype dt, int stream, char *p, line v
 
 /* ---- fp8 ------------------------------------------------------------------------------------------ */
 
-/* dtype.h's rp_double_to_fp8_bits on 16 float32 lanes (AVX-512 has no e4m3/e5m2 conversion):
- * normal results round to nearest-even in integer arithmetic on the float32 bits, as the bf16
- * store does; results below the smallest normal come from adding a magic number whose ulp is the
- * fp8 subnormal quantum (the FPU rounds to nearest-even); then saturation, NaN and the sign. */
+/* dtype.h's rp_double_to_fp8_bits on 16 float32 lanes (AVX-512 has no e4m3/e5m2 conversion), as
+ * half-float converters do it in software: saturation first (every magnitude from the largest
+ * finite value up, infinity included, becomes that value); normal results then round to
+ * nearest-even in integer arithmetic on the float32 bits, the exponent rebiased by the same add;
+ * results below the smallest normal come from adding a magic number whose ulp is the fp8
+ * subnormal quantum (the FPU rounds to nearest-even); last NaN and the sign. */
 static RP_ALWAYS_INLINE __m128i fp8_convert16(rp_dtype fmt, __m512 v)
 {
     const int e5m2 = fmt == RP_F8_E5M2, mant = e5m2 ? 2 : 3, shift = 23 - mant, bias = e5m2 ? 15 : 7;
-    const __m512i u = _mm512_castps_si512(v), a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(a, shift), _mm512_set1_epi32(1));
-    const __m512i rounded = _mm512_add_epi32(_mm512_add_epi32(a, _mm512_set1_epi32((1 << (shift - 1)) - 1)), lsb);
-    __m512i code = _mm512_sub_epi32(_mm512_srli_epi32(rounded, shift), _mm512_set1_epi32((127 - bias) << mant));
-    const __m512 magic = _mm512_set1_ps(e5m2 ? 0x1p7f : 0x1p14f); /* 2^23 * the subnormal quantum */
-    const __m512i sub = _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), magic)),
-                                         _mm512_castps_si512(magic));
     const int min_normal = (127 + 1 - bias) << 23, max_bits = e5m2 ? 0x47600000 : 0x43e00000;
-    code = _mm512_mask_mov_epi32(code, _mm512_cmplt_epi32_mask(a, _mm512_set1_epi32(min_normal)), sub);
-    code = _mm512_mask_mov_epi32(code, _mm512_cmpge_epi32_mask(a, _mm512_set1_epi32(max_bits)),
-                                 _mm512_set1_epi32(e5m2 ? 0x7b : 0x7e));
-    code = _mm512_mask_mov_epi32(code, _mm512_cmpgt_epi32_mask(a, _mm512_set1_epi32(0x7f800000)),
+    const __m512i u = _mm512_castps_si512(v), a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+    const __m512i c = _mm512_min_epu32(a, _mm512_set1_epi32(max_bits));
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(c, shift), _mm512_set1_epi32(1));
+    const __m512i round_rebias = _mm512_set1_epi32((1 << (shift - 1)) - 1 - ((127 - bias) << 23));
+    __m512i code = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(c, round_rebias), lsb), shift);
+    const __m512 magic = _mm512_set1_ps(e5m2 ? 0x1p7f : 0x1p14f); /* 2^23 * the subnormal quantum */
+    const __m512i sub = _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(c), magic)),
+                                         _mm512_castps_si512(magic));
+    code = _mm512_mask_mov_epi32(code, _mm512_cmplt_epu32_mask(c, _mm512_set1_epi32(min_normal)), sub);
+    code = _mm512_mask_mov_epi32(code, _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000)),
                                  _mm512_set1_epi32(e5m2 ? 0x7e : 0x7f));
-    code = _mm512_or_si512(code, _mm512_srli_epi32(_mm512_andnot_si512(a, u), 24)); /* sign to bit 7 */
+    /* code | (the sign bit, moved to bit 7): 0xf8 is A | (B & C) */
+    code = _mm512_ternarylogic_epi32(code, _mm512_srli_epi32(u, 24), _mm512_set1_epi32(0x80), 0xf8);
     return _mm512_cvtepi32_epi8(code);
 }
 

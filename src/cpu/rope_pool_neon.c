@@ -135,23 +135,24 @@ static RP_ALWAYS_INLINE void store8(rp_dtype dt, char *p, half8 v)
 }
 
 /* dtype.h's rp_double_to_fp8_bits on 4 float32 lanes, as fp8_convert16 in the AVX-512 file:
- * normal results round to nearest-even in integer arithmetic on the float32 bits; results below
- * the smallest normal come from adding a magic number whose ulp is the fp8 subnormal quantum (the
- * FPU rounds to nearest-even); then saturation, NaN and the sign. Codes in the low byte of a lane. */
+ * saturation first; normal results round to nearest-even in integer arithmetic on the float32
+ * bits, the exponent rebiased by the same add; results below the smallest normal come from adding
+ * a magic number whose ulp is the fp8 subnormal quantum (the FPU rounds to nearest-even); then NaN
+ * and the sign. Codes in the low byte of a lane. */
 static RP_ALWAYS_INLINE uint32x4_t fp8_convert4(rp_dtype fmt, float32x4_t v)
 {
     const int e5m2 = fmt == RP_F8_E5M2, mant = e5m2 ? 2 : 3, shift = 23 - mant, bias = e5m2 ? 15 : 7;
-    const uint32x4_t u = vreinterpretq_u32_f32(v), a = vandq_u32(u, vdupq_n_u32(0x7fffffff));
-    const int32x4_t down = vdupq_n_s32(-shift); /* vshlq by a negative count shifts right */
-    const uint32x4_t lsb = vandq_u32(vshlq_u32(a, down), vdupq_n_u32(1));
-    const uint32x4_t rounded = vaddq_u32(vaddq_u32(a, vdupq_n_u32((1u << (shift - 1)) - 1)), lsb);
-    uint32x4_t code = vsubq_u32(vshlq_u32(rounded, down), vdupq_n_u32((uint32_t)(127 - bias) << mant));
-    const float32x4_t magic = vdupq_n_f32(e5m2 ? 0x1p7f : 0x1p14f); /* 2^23 * the subnormal quantum */
-    const uint32x4_t sub = vsubq_u32(vreinterpretq_u32_f32(vaddq_f32(vreinterpretq_f32_u32(a), magic)),
-                                     vreinterpretq_u32_f32(magic));
     const uint32_t min_normal = (uint32_t)(127 + 1 - bias) << 23, max_bits = e5m2 ? 0x47600000 : 0x43e00000;
-    code = vbslq_u32(vcltq_u32(a, vdupq_n_u32(min_normal)), sub, code);
-    code = vbslq_u32(vcgeq_u32(a, vdupq_n_u32(max_bits)), vdupq_n_u32(e5m2 ? 0x7b : 0x7e), code);
+    const uint32x4_t u = vreinterpretq_u32_f32(v), a = vandq_u32(u, vdupq_n_u32(0x7fffffff));
+    const uint32x4_t c = vminq_u32(a, vdupq_n_u32(max_bits));
+    const int32x4_t down = vdupq_n_s32(-shift); /* vshlq by a negative count shifts right */
+    const uint32x4_t lsb = vandq_u32(vshlq_u32(c, down), vdupq_n_u32(1));
+    const uint32x4_t round_rebias = vdupq_n_u32((1u << (shift - 1)) - 1 - ((uint32_t)(127 - bias) << 23));
+    uint32x4_t code = vshlq_u32(vaddq_u32(vaddq_u32(c, round_rebias), lsb), down);
+    const float32x4_t magic = vdupq_n_f32(e5m2 ? 0x1p7f : 0x1p14f); /* 2^23 * the subnormal quantum */
+    const uint32x4_t sub = vsubq_u32(vreinterpretq_u32_f32(vaddq_f32(vreinterpretq_f32_u32(c), magic)),
+                                     vreinterpretq_u32_f32(magic));
+    code = vbslq_u32(vcltq_u32(c, vdupq_n_u32(min_normal)), sub, code);
     code = vbslq_u32(vcgtq_u32(a, vdupq_n_u32(0x7f800000)), vdupq_n_u32(e5m2 ? 0x7e : 0x7f), code);
     return vorrq_u32(code, vshrq_n_u32(vbicq_u32(u, a), 24)); /* sign to bit 7 */
 }
