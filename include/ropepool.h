@@ -267,8 +267,8 @@ typedef struct rp_rope_pool_args {
     uint32_t flags;       /* RP_CHECK_SLOTS | RP_VALIDATE_ONLY                                     */
     int32_t kv_layout;    /* rp_kv_layout; RP_KV_FLAT (0) = the seed's [P, Hk, D] pools             */
     void *stream;         /* CUDA: the cudaStream_t to launch on (NULL = legacy default stream)    */
-    double attention_scaling; /* s > 0, finite: cos and sin are multiplied by s (YaRN, LongRoPE);
-                                 0 = 1.0                                                          */
+    double attention_scaling; /* s in float32's normal range [FLT_MIN, FLT_MAX]: cos and sin are
+                                 multiplied by s (YaRN, LongRoPE); 0 = 1.0                        */
     int64_t v_head_dim;   /* Dv: width of v and v_pool heads (MLA's latent row); 0 = head_dim     */
     /* fp8 pools. pool_dtype names the storage format of both pools when they are RP_U8 arrays
      * (sglang's uint8 fp8 pools): RP_F8_E4M3 or RP_F8_E5M2; 0 = the pools' own dtype. Stored
@@ -390,7 +390,8 @@ typedef struct rp_rope_pool_args {
  * (with kv_layout, the pool rank and shape checks name the layout; with v_head_dim, v's and
  * v_pool's; the last one stands for every pool dtype that is not fp8), then ours: dtypes,
  * head_dim and counts, rope_base, extension fields (style, rotary_dim, each inv_freq entry,
- * attention_scaling, mrope_section and mrope_interleaved, k_scale / v_scale: > 0 and finite,
+ * attention_scaling (a normal float32 value), mrope_section and mrope_interleaved, k_scale /
+ * v_scale: > 0 and finite,
  * other than 1 only with fp8 pools; a pointer's value is checked on the CPU before anything is
  * written; the QK-norm weights' dtypes, alignment, norm_eps and norm_weight_offset), output
  * shapes and dtypes,

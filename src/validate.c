@@ -8,6 +8,7 @@
 #include "internal.h"
 #include "overlap.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -216,6 +217,11 @@ static rp_status check_variant(const rp_rope_pool_args *a, rp_err *err)
     if (a->attention_scaling != 0.0 && !(isfinite(a->attention_scaling) && a->attention_scaling > 0.0))
         return rp_fail(err, bad, "attention_scaling must be positive and finite (0 = 1.0), got %g",
                        a->attention_scaling);
+    /* The kernels hold s * cos and s * sin as float32: beyond FLT_MAX they overflow, below FLT_MIN
+     * they lose the bits the error bound counts on (it scales with s). */
+    if (a->attention_scaling != 0.0 && !(a->attention_scaling >= FLT_MIN && a->attention_scaling <= FLT_MAX))
+        return rp_fail(err, bad, "attention_scaling %g is outside float32's normal range [%g, %g], in which "
+                       "the kernels scale cos and sin", a->attention_scaling, (double)FLT_MIN, (double)FLT_MAX);
     const int32_t *sec = a->mrope_section;
     if (sec[0] < 0 || sec[1] < 0 || sec[2] < 0)
         return rp_fail(err, bad, "mrope_section [%d, %d, %d] must be three non-negative counts of frequencies "

@@ -70,6 +70,8 @@ static void freq_negative_partial(fixture *f) { set_freq(f, 16, 7, -0.25); }
 static void scaling_negative(fixture *f) { f->args.attention_scaling = -1.0; }
 static void scaling_nan(fixture *f) { f->args.attention_scaling = NAN; }
 static void scaling_inf(fixture *f) { f->args.attention_scaling = INFINITY; }
+static void scaling_past_float32(fixture *f) { f->args.attention_scaling = 1e39; }
+static void scaling_float32_subnormal(fixture *f) { f->args.attention_scaling = 1e-40; }
 static void negative_threads(fixture *f) { f->args.num_threads = -1; }
 static void unknown_flag(fixture *f) { f->args.flags = 0x10; }
 static void reserved_set(fixture *f) { f->args.reserved[5] = 1; }
@@ -170,6 +172,11 @@ static void test_rope_variant_fields_name_the_value(void)
            "attention_scaling must be positive and finite (0 = 1.0), got nan");
     EXPECT(scaling_inf, RP_ERR_INVALID_ARGUMENT,
            "attention_scaling must be positive and finite (0 = 1.0), got inf");
+    /* s * cos and s * sin are float32 in every kernel: s must be a normal float32 */
+    EXPECT(scaling_past_float32, RP_ERR_INVALID_ARGUMENT, "attention_scaling 1e+39 is outside float32's normal "
+           "range [1.17549e-38, 3.40282e+38], in which the kernels scale cos and sin");
+    EXPECT(scaling_float32_subnormal, RP_ERR_INVALID_ARGUMENT, "attention_scaling 1e-40 is outside float32's normal "
+           "range [1.17549e-38, 3.40282e+38], in which the kernels scale cos and sin");
 }
 
 /* rotary_dim R reads inv_freq[0 .. R/2) only: what lies past it is not the call's business. */

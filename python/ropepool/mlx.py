@@ -28,6 +28,7 @@ call for shapes, dtypes and keywords (the seed's checks first, with its texts); 
 are evaluated for slot values (out of range, or two tokens on one slot), and then nothing is written.
 """
 
+import math
 import operator
 
 import numpy as np
@@ -62,7 +63,7 @@ _KV_CACHE_DTYPES = {"auto": 0, "fp8_e4m3": 14, "fp8": 14, "fp8_e5m2": 15}
 _context_ready = False
 
 
-def _integer(name, value, zero_refused=None):
+def _integer(name, value, zero_refused=None, none_means="head_dim"):
     """None (the library's 0: its default) or an int; every range check is the library's, except
     that an explicit 0 is refused where the library would read it as "not set" (rotary_dim,
     v_head_dim): None is that default here, so 0 is a value the call cannot honour."""
@@ -73,7 +74,7 @@ def _integer(name, value, zero_refused=None):
     except TypeError:
         raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
     if value == 0 and zero_refused:
-        raise RopePoolError(f"{name} must be {zero_refused} (None = head_dim), got 0")
+        raise RopePoolError(f"{name} must be {zero_refused} (None = {none_means}), got 0")
     return value
 
 
@@ -85,6 +86,15 @@ def _number(name, value):
         raise TypeError(f"{name} must be a number, got {type(value).__name__}") from None
 
 
+def _scale(name, value):
+    """k_scale / v_scale: the library reads 0 as "not set" (1.0), so an explicit 0 (a calibration
+    gone wrong) is refused here, as every scale that is not positive and finite."""
+    value = _number(name, value)
+    if not (math.isfinite(value) and value > 0.0):
+        raise RopePoolError(f"{name} must be a positive finite number (default 1.0), got {value!r}")
+    return value
+
+
 def _style(is_neox):
     if not isinstance(is_neox, (bool, np.bool_)):  # a truthy string or list is a mistake, not a choice
         raise RopePoolError(f"is_neox must be True (NeoX rotate-half) or False (GPT-J interleaved), got {is_neox!r}")
@@ -94,8 +104,12 @@ def _style(is_neox):
 def _frequencies(inv_freq, rotary_dim, head_dim):
     """inv_freq as a list of float64 (float32 entries widen exactly). With a rotary_dim the library
     will refuse, the table is left out so that the library's message about rotary_dim is reported."""
-    R = rotary_dim or head_dim
-    if inv_freq is None or not isinstance(R, int) or R <= 0 or R % 2 or R > head_dim:
+    try:
+        R = operator.index(rotary_dim or head_dim)  # NumPy integers too: never drop a table for its type
+        head_dim = operator.index(head_dim)
+    except TypeError:
+        R = None  # the library refuses the argument, naming it
+    if inv_freq is None or R is None or R <= 0 or R % 2 or R > head_dim:
         return []
     table = np.asarray(inv_freq)
     if table.dtype not in (np.float32, np.float64):
@@ -236,11 +250,11 @@ def rope_pool_fused(
         attention_scaling,
         _integer("v_head_dim", v_head_dim, zero_refused="positive"),
         _pool_format(kv_cache_dtype, k_pool),
-        _number("k_scale", k_scale),
-        _number("v_scale", v_scale),
+        _scale("k_scale", k_scale),
+        _scale("v_scale", v_scale),
         section,
         interleaved,
-        _integer("threads", threads),
+        _integer("threads", threads, zero_refused=">= 1", none_means="ROPEPOOL_NUM_THREADS"),
         stream,
     )
 

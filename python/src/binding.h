@@ -83,6 +83,9 @@ int rpy_integer(PyObject *obj, const char *name, long long lo, long long hi, lon
 int rpy_env_integer(const char *name, long long lo, long long hi, long long fallback, long long *out);
 /* A real number; a value too large for a double is refused naming `name`. 0 or -1. */
 int rpy_float(PyObject *obj, const char *name, double *out);
+/* A bool or numpy.bool_ into *truth (0/1); anything else (a truthy string or list is a mistake,
+ * not a choice) is refused: "<name> must be <meaning>, got <repr>". 0, or -1. */
+int rpy_strict_bool(PyObject *obj, const char *name, const char *meaning, int *truth);
 /* is_neox: True (RP_ROPE_NEOX) or False (RP_ROPE_GPTJ). */
 int rpy_is_neox(PyObject *obj, int32_t *style);
 /* kv_layout: "flat", "NHD" or "HND" -> rp_kv_layout. */

@@ -84,13 +84,14 @@ const char rpy_rope_pool_fused_doc[] =
     "        head passes through unchanged.\n"
     "    inv_freq: [rotary_dim/2] float32 | float64 frequencies replacing rope_base's (scaled\n"
     "        RoPE); read on the host (a device tensor is copied there, one sync).\n"
-    "    attention_scaling: cos and sin are multiplied by it (YaRN, LongRoPE).\n"
+    "    attention_scaling: cos and sin are multiplied by it (YaRN, LongRoPE); a normal\n"
+    "        float32 value (the kernels scale cos and sin in float32).\n"
     "    kv_layout: 'flat' [P, Hk, D] pools; 'NHD' [blocks, block_size, Hk, D] or 'HND'\n"
     "        [blocks, Hk, block_size, D] paged pools, slot = block * block_size + row.\n"
     "    v_head_dim: the width of v and v_pool heads (default head_dim).\n"
     "    kv_cache_dtype: 'auto' (the pools' dtype, float8_e4m3fn / float8_e5m2 included), or\n"
     "        'fp8_e4m3' ('fp8') / 'fp8_e5m2' for fp8 pools stored as uint8.\n"
-    "    k_scale, v_scale: fp8 pools: the stored value is fp8(x / scale). A number, or a\n"
+    "    k_scale, v_scale: fp8 pools: the stored value is fp8(x / scale), scale > 0. A number, or a\n"
     "        one-element float32 array: a CUDA tensor is read by the kernel when it runs\n"
     "        (CUDA graphs see updates), a host array when the call is made.\n"
     "    mrope_section: multimodal RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): [t, h, w], three\n"
@@ -220,6 +221,8 @@ static int scalar_arguments(PyObject *const values[NUM_PARAMS], rp_rope_pool_arg
     a->v_head_dim = v_head_dim;
     /* In C a zero field means "not set"; from Python that is None, so an explicit 0 is a value the
      * library cannot honour, refused rather than read as the default. */
+    if (values[P_THREADS] != NULL && threads == 0)
+        return rpy_refuse("threads must be >= 1 (None = the module's setting), got 0");
     if (values[P_ROTARY_DIM] != NULL && rotary_dim == 0)
         return rpy_refuse("rotary_dim must be >= 2 (None = head_dim), got 0");
     if (values[P_V_HEAD_DIM] != NULL && v_head_dim == 0)
@@ -233,8 +236,9 @@ static int scalar_arguments(PyObject *const values[NUM_PARAMS], rp_rope_pool_arg
         return rpy_refuse("mrope_section [0, 0, 0] sums to 0, but must sum to rotary_dim / 2 = %lld (None = no mRoPE)",
                           (long long)((rotary_dim ? rotary_dim : head_dim) / 2));
     if (values[P_CHECKED] != NULL) {
-        const int checked = PyObject_IsTrue(values[P_CHECKED]);
-        if (checked < 0)
+        int checked;
+        if (rpy_strict_bool(values[P_CHECKED], "checked",
+                            "True (CUDA: validate the slot values on the host first) or False", &checked) < 0)
             return -1;
         a->flags = checked ? RP_CHECK_SLOTS : 0;
     }

@@ -41,10 +41,8 @@ static int threads_from_environment(int32_t *out)
 {
     long long value;
     if (rpy_env_integer("ROPEPOOL_NUM_THREADS", 0, 4096, 0, &value) < 0) {
-        PyErr_Format(PyExc_ValueError,
-                     "ROPEPOOL_NUM_THREADS must be an integer in [0, 4096] (0 = one thread per "
-                     "CPU), got '%s'", getenv("ROPEPOOL_NUM_THREADS"));
-        return -1;
+        return rpy_refuse("ROPEPOOL_NUM_THREADS must be an integer in [0, 4096] (0 = one thread per CPU), got '%s'",
+                          getenv("ROPEPOOL_NUM_THREADS"));
     }
     *out = (int32_t)value;
     return 0;
@@ -73,8 +71,7 @@ rp_context *rpy_cpu_context(void)
 rp_context *rpy_cuda_context(int device, int create_if_missing)
 {
     if (device < 0 || device >= MAX_CUDA_DEVICES) {
-        PyErr_Format(PyExc_ValueError, "CUDA device index %d is out of range [0, %d)", device,
-                     (int)MAX_CUDA_DEVICES);
+        rpy_refuse("CUDA device index %d is out of range [0, %d)", device, (int)MAX_CUDA_DEVICES);
         return NULL;
     }
     if (cuda_contexts[device] != NULL || !create_if_missing)
@@ -84,10 +81,9 @@ rp_context *rpy_cuda_context(int device, int create_if_missing)
     if (capturing < 0)
         return NULL;
     if (capturing) {
-        PyErr_Format(PyExc_ValueError,
-                     "ropepool has no context for cuda:%d yet, and creating one allocates device "
-                     "memory, which CUDA graph capture forbids: call rope_pool_fused once on "
-                     "cuda:%d before capturing (a warm-up run)", device, device);
+        rpy_refuse("ropepool has no context for cuda:%d yet, and creating one allocates device memory, which "
+                   "CUDA graph capture forbids: call rope_pool_fused once on cuda:%d before capturing (a warm-up "
+                   "run)", device, device);
         return NULL;
     }
     /* CUDA calls run on the device: the context needs no CPU worker threads. */

@@ -41,7 +41,8 @@ static int strategy(void)
            : strcmp(s, "huge") == 0            ? ADVISE_HUGE
            : strcmp(s, "populate") == 0        ? ADVISE_POPULATE
            : strcmp(s, "huge+populate") == 0   ? ADVISE_HUGE | ADVISE_POPULATE
-                                               : 0;
+           : strcmp(s, "none") == 0            ? 0
+                                               : -1; /* refused by the call (take), naming it */
 }
 
 static size_t tensor_bytes(const rp_tensor *t)
@@ -91,13 +92,20 @@ void *rpy_output_block_take(const rp_tensor *like, size_t *block_bytes)
 {
     const size_t need = tensor_bytes(like);
     size_t limit;
+    const int how = strategy();
     *block_bytes = 0;
-    if (need < LARGE || strategy() != REUSE)
+    if (need < LARGE)
+        return NULL;
+    if (how < 0) {
+        rpy_refuse("ROPEPOOL_FRESH_OUTPUTS must be cache, huge, populate, huge+populate or none, got '%s'",
+                   getenv("ROPEPOOL_FRESH_OUTPUTS"));
+        return NULL;
+    }
+    if (how != REUSE)
         return NULL;
     if (cache_limit(&limit) < 0) {
-        PyErr_Format(PyExc_ValueError,
-                     "ROPEPOOL_OUTPUT_CACHE_MB must be a whole number of MiB from 0 (no cache) to 2^30, got '%s'",
-                     getenv("ROPEPOOL_OUTPUT_CACHE_MB"));
+        rpy_refuse("ROPEPOOL_OUTPUT_CACHE_MB must be a whole number of MiB from 0 (no cache) to 2^30, got '%s'",
+                   getenv("ROPEPOOL_OUTPUT_CACHE_MB"));
         return NULL;
     }
     if (limit == 0)
@@ -172,6 +180,8 @@ void rpy_advise_fresh_output(const rp_tensor *t)
     if (bytes < LARGE)
         return;
     int how = strategy();
+    if (how < 0) /* take refused the call already */
+        return;
     if (how == REUSE) /* an output the cache did not serve (turned off, or out of memory) */
         how = ADVISE_HUGE;
     if (how == 0)

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,8 +29,7 @@ int rpy_integer(PyObject *obj, const char *name, long long lo, long long hi, lon
     } else if (*out >= lo && *out <= hi) {
         return 0;
     }
-    PyErr_Format(PyExc_ValueError, "%s = %S is out of range [%lld, %lld]", name, obj, lo, hi);
-    return -1;
+    return rpy_refuse("%s = %S is out of range [%lld, %lld]", name, obj, lo, hi);
 }
 
 /* repr(obj), shortened to its head and its length when it is long (10**400 has 401 digits). */
@@ -65,7 +65,7 @@ int rpy_float(PyObject *obj, const char *name, double *out)
 
 /* A bool or numpy.bool_ (not a truthy string or list, which would be a mistake): 0 or 1 in
  * *truth, -1 with a RopePoolError telling what the argument means. */
-static int strict_bool(PyObject *obj, const char *name, const char *meaning, int *truth)
+int rpy_strict_bool(PyObject *obj, const char *name, const char *meaning, int *truth)
 {
     const char *type = Py_TYPE(obj)->tp_name;
     if (!PyBool_Check(obj) && strcmp(type, "numpy.bool") != 0 && strcmp(type, "numpy.bool_") != 0)
@@ -79,7 +79,7 @@ int rpy_mrope(PyObject *section, PyObject *interleaved, int32_t out[3], uint32_t
     out[0] = out[1] = out[2] = 0;
     *interleaved_out = 0;
     if (interleaved != NULL &&
-        strict_bool(interleaved, "mrope_interleaved", "True (Qwen3-VL's interleaved rule) or False", &truth) < 0)
+        rpy_strict_bool(interleaved, "mrope_interleaved", "True (Qwen3-VL's interleaved rule) or False", &truth) < 0)
         return -1;
     *interleaved_out = (uint32_t)truth;
     if (section == NULL)
@@ -106,7 +106,7 @@ int rpy_is_neox(PyObject *obj, int32_t *style)
     if (obj == NULL)
         return 0;
     int truth = 1;
-    if (strict_bool(obj, "is_neox", "True (NeoX rotate-half) or False (GPT-J interleaved)", &truth) < 0)
+    if (rpy_strict_bool(obj, "is_neox", "True (NeoX rotate-half) or False (GPT-J interleaved)", &truth) < 0)
         return -1;
     *style = truth ? RP_ROPE_NEOX : RP_ROPE_GPTJ;
     return 0;
@@ -194,6 +194,17 @@ static double host_element(const rp_tensor *t, int64_t i)
     return t->dtype == RP_F32 ? (double)((const float *)t->data)[at] : ((const double *)t->data)[at];
 }
 
+/* The library reads a scale of 0 as "not given" (1.0); a caller who passes 0 (a calibration that
+ * went wrong) is refused instead, as is any other scale that is not positive and finite. */
+static int explicit_scale(const char *name, double value)
+{
+    char text[32]; /* PyUnicode_FromFormat has no %g */
+    snprintf(text, sizeof text, "%g", value);
+    if (!(isfinite(value) && value > 0.0))
+        return rpy_refuse("%s must be a positive finite number (default 1.0), got %s", name, text);
+    return 0;
+}
+
 int rpy_scale(PyObject *obj, const char *name, rp_device device, double *value, const float **ptr)
 {
     *value = 1.0;
@@ -204,15 +215,18 @@ int rpy_scale(PyObject *obj, const char *name, rp_device device, double *value, 
     const int is_array = describe_array(obj, name, &t);
     if (is_array < 0)
         return -1;
-    if (!is_array)
-        return rpy_float(obj, name, value);
+    if (!is_array) {
+        if (rpy_float(obj, name, value) < 0)
+            return -1;
+        return explicit_scale(name, *value);
+    }
     const int host = t.device.type == RP_DEVICE_CPU;
     if (element_count(&t) != 1 || (t.dtype != RP_F32 && (t.dtype != RP_F64 || !host)))
         return rpy_refuse("%s must be a number or a one-element float32 array (float64 on the host), got %lld "
                           "elements of %s", name, (long long)element_count(&t), rp_dtype_name((rp_dtype)t.dtype));
     if (host) {
         *value = host_element(&t, 0); /* read now: the call uses the value it has at this moment */
-        return 0;
+        return explicit_scale(name, *value);
     }
     if (device.type != RP_DEVICE_CUDA)
         return rpy_refuse("%s is on cuda:%d but the call runs on the CPU: pass a number or a CPU array",

@@ -85,10 +85,8 @@ static int numpy_to_tensor(PyObject *obj, const char *name, rp_tensor *t)
     PyArrayObject *a = (PyArrayObject *)obj;
     memset(t, 0, sizeof *t);
     if (PyArray_ISBYTESWAPPED(a)) {
-        PyErr_Format(PyExc_ValueError, "%s has non-native byte order (dtype %R): convert it with "
-                     "%s.astype(%s.dtype.newbyteorder('='))", name, (PyObject *)PyArray_DESCR(a),
-                     name, name);
-        return -1;
+        return rpy_refuse("%s has non-native byte order (dtype %R): convert it with "
+                          "%s.astype(%s.dtype.newbyteorder('='))", name, (PyObject *)PyArray_DESCR(a), name, name);
     }
     const int ndim = PyArray_NDIM(a);
     const npy_intp item = PyArray_ITEMSIZE(a);
@@ -104,11 +102,9 @@ static int numpy_to_tensor(PyObject *obj, const char *name, rp_tensor *t)
         if (item > 0 && bytes % item == 0)
             t->strides[d] = bytes / item;
         else if (extent > 1 && item > 0) { /* a size-1 axis is never stepped: its stride is moot */
-            PyErr_Format(PyExc_ValueError,
-                         "%s has a stride of %zd bytes on axis %d, not a multiple of its %zd-byte "
-                         "elements: pass a copy (np.ascontiguousarray(%s))",
-                         name, (Py_ssize_t)bytes, d, (Py_ssize_t)item, name);
-            return -1;
+            return rpy_refuse("%s has a stride of %zd bytes on axis %d, not a multiple of its %zd-byte elements: "
+                              "pass a copy (np.ascontiguousarray(%s))", name, (Py_ssize_t)bytes, d, (Py_ssize_t)item,
+                              name);
         }
     }
     return 0;

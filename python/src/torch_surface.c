@@ -87,8 +87,7 @@ int rpy_torch_read_device(PyObject *obj, const char *name, rp_tensor *t)
     }
     PyObject *device = PyObject_GetAttr(obj, s_device);
     if (device != NULL)
-        PyErr_Format(PyExc_ValueError, "%s is on device '%S': ropepool takes cpu and cuda tensors",
-                     name, device);
+        rpy_refuse("%s is on device '%S': ropepool takes cpu and cuda tensors", name, device);
     Py_XDECREF(device);
     return -1;
 }
@@ -134,7 +133,7 @@ static PyObject *first_line(PyObject *exc)
 
 /* torch refused to describe obj: raise an error that names the argument instead. A device other
  * than cpu/cuda and a layout other than strided are named; anything else keeps torch's message
- * (its first line) as a ValueError caused by torch's exception. */
+ * (its first line) as a RopePoolError caused by torch's exception. */
 int rpy_torch_explain_refusal(PyObject *obj, const char *name)
 {
     PyObject *cause = take_exception();
@@ -146,7 +145,7 @@ int rpy_torch_explain_refusal(PyObject *obj, const char *name)
     } else if (layout != NULL) {
         PyObject *line = first_line(cause);
         if (line != NULL)
-            PyErr_Format(PyExc_ValueError, "%s cannot be passed to ropepool: %U", name, line);
+            rpy_refuse("%s cannot be passed to ropepool: %U", name, line);
         Py_XDECREF(line);
         PyObject *error = take_exception();
         if (error != NULL && cause != NULL)

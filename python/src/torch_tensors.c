@@ -114,10 +114,12 @@ static int exchange_reads(PyObject *obj)
 /* ---- the framework ------------------------------------------------------------------------------- */
 
 /* 1 if fn(obj) is True, 0 if False or fn is NULL, -1 on error. fn is a method descriptor or a
- * getset descriptor of torch.Tensor: calling it directly skips the bound-method object. */
+ * getset descriptor of torch.Tensor: calling it directly skips the bound-method object, and is
+ * only safe on a tensor: for any other object (a caller's q_out of the wrong type, which the
+ * output checks refuse later, naming it) the flag is 0. */
 static int tensor_flag(PyObject *fn, PyObject *obj)
 {
-    if (fn == NULL)
+    if (fn == NULL || !PyObject_TypeCheck(obj, tensor_type))
         return 0;
     PyObject *result;
     if (Py_IS_TYPE(fn, &PyGetSetDescr_Type)) {

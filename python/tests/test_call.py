@@ -152,7 +152,7 @@ def test_arrays_of_two_frameworks_are_refused(ropepool, torch_fw, np_fw):
 def test_non_native_byte_order_is_named(ropepool, np_fw):
     p = Problem(np_fw)
     swapped = p.v.astype(p.v.dtype.newbyteorder(">"))
-    with pytest.raises(ValueError, match=r"^v has non-native byte order"):
+    with pytest.raises(ropepool.RopePoolError, match=r"^v has non-native byte order"):
         p.call(ropepool, p.q, p.k, swapped)
 
 
@@ -160,7 +160,8 @@ def test_stride_that_splits_elements_is_named(ropepool, np_fw):
     p = Problem(np_fw)
     raw = np.zeros(2 * p.T * p.Hk * p.D, dtype=np.float32)
     odd = np.lib.stride_tricks.as_strided(raw, shape=(p.T, p.Hk, p.D), strides=(p.Hk * p.D * 8, p.D * 8, 6))
-    with pytest.raises(ValueError, match=r"^v has a stride of 6 bytes on axis 2, not a multiple of its 4-byte elements"):
+    with pytest.raises(ropepool.RopePoolError,
+                       match=r"^v has a stride of 6 bytes on axis 2, not a multiple of its 4-byte elements"):
         p.call(ropepool, p.q, p.k, odd)
 
 
@@ -351,7 +352,7 @@ def test_environment_sets_the_cpu_thread_count(ropepool):
 def test_bad_thread_environment_is_named(ropepool):
     done = run_python("import ropepool; ropepool.num_threads()", ROPEPOOL_NUM_THREADS="many")
     assert done.returncode != 0
-    assert "ValueError: ROPEPOOL_NUM_THREADS must be an integer in [0, 4096] (0 = one thread per CPU), got 'many'" in done.stderr
+    assert "ropepool.RopePoolError: ROPEPOOL_NUM_THREADS must be an integer in [0, 4096] (0 = one thread per CPU), got 'many'" in done.stderr
 
 
 # ---- the module ------------------------------------------------------------------------------------

@@ -236,6 +236,12 @@ def test_mlx_only_refusals_name_the_keyword(mlx_fw):
         (dict(rotary_dim=0), "rotary_dim must be >= 2 (None = head_dim), got 0"),
         (dict(v_head_dim=0), "v_head_dim must be positive (None = head_dim), got 0"),
         (dict(attention_scaling=0), "attention_scaling must be positive and finite (default 1.0), got 0.0"),
+        (dict(threads=0), "threads must be >= 1 (None = ROPEPOOL_NUM_THREADS), got 0"),
+        (dict(k_scale=0), "k_scale must be a positive finite number (default 1.0), got 0.0"),
+        (dict(v_scale=-0.0), "v_scale must be a positive finite number (default 1.0), got -0.0"),
+        (dict(k_scale=float("inf")), "k_scale must be a positive finite number (default 1.0), got inf"),
+        # the table is read whatever integer type head_dim has (it was dropped for NumPy's)
+        (dict(head_dim=np.int64(64), inv_freq=np.full(32, np.nan)), "inv_freq[0] must be finite and >= 0, got nan"),
     ]
     for kwargs, message in cases:
         with pytest.raises(ropepool.RopePoolError, match=None) as info:

@@ -225,7 +225,20 @@ def test_an_unreadable_output_cache_budget_is_refused_naming_it(ropepool, cpu_fw
     monkeypatch.setenv("ROPEPOOL_OUTPUT_CACHE_MB", setting)
     p = large_problem(cpu_fw, seed=4)
     before = [cpu_fw.bits(x).copy() for x in (p.k_pool, p.v_pool)]
-    with pytest.raises(ValueError, match=f"ROPEPOOL_OUTPUT_CACHE_MB .*got '{re.escape(setting)}'"):
+    with pytest.raises(ropepool.RopePoolError, match=f"ROPEPOOL_OUTPUT_CACHE_MB .*got '{re.escape(setting)}'"):
         p.call(ropepool)
+    assert all(np.array_equal(b, cpu_fw.bits(x)) for b, x in zip(before, (p.k_pool, p.v_pool))), \
+        "a refused call wrote a pool"
+
+
+@pytest.mark.parametrize("setting", ["bogus", "Cache", ""])
+def test_an_unknown_fresh_output_strategy_is_refused_naming_it(ropepool, cpu_fw, monkeypatch, setting):
+    monkeypatch.setenv("ROPEPOOL_FRESH_OUTPUTS", setting)
+    p = large_problem(cpu_fw, seed=5)
+    before = [cpu_fw.bits(x).copy() for x in (p.k_pool, p.v_pool)]
+    with pytest.raises(ropepool.RopePoolError) as info:
+        p.call(ropepool)
+    assert str(info.value) == ("ROPEPOOL_FRESH_OUTPUTS must be cache, huge, populate, huge+populate or none, "
+                               f"got '{setting}'")
     assert all(np.array_equal(b, cpu_fw.bits(x)) for b, x in zip(before, (p.k_pool, p.v_pool))), \
         "a refused call wrote a pool"

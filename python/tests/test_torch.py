@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from helpers import Problem, check_call
@@ -20,7 +21,7 @@ def torch(torch_fw):
 
 def test_tensor_on_an_unsupported_device_is_named(ropepool, torch_fw, torch):
     p = Problem(torch_fw)
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(ropepool.RopePoolError) as info:
         p.call(ropepool, p.q, p.k, p.v, p.positions, p.slots, p.k_pool.to("meta"))
     assert str(info.value) == "k_pool is on device 'meta': ropepool takes cpu and cuda tensors"
 
@@ -55,6 +56,24 @@ def test_inference_mode_tensors(ropepool, torch_fw, torch):
         p = Problem(torch_fw, max_pos=2**31 - 1)
         before = p.snapshot()
         check_call(p, before, p.call(ropepool))
+
+
+@pytest.mark.parametrize("name", ["q_out", "k_out"])
+@pytest.mark.parametrize("wrong", ["numpy", "list", "str", "numpy scalar"])
+def test_outputs_that_are_not_tensors_are_refused_with_grad_on(ropepool, torch_fw, torch, name, wrong):
+    """The autograd check looks at the caller's outputs before their types are checked: it must
+    leave a non-tensor to that check (it used to call a tensor getter on it: a crash)."""
+    p = Problem(torch_fw)
+    other = {"numpy": np.empty(tuple(p.q.shape if name == "q_out" else p.k.shape), np.float32),
+             "list": [1.0], "str": "x", "numpy scalar": np.float32(1)}[wrong]
+    before = [torch_fw.bits(a) for a in p.arrays()]
+    assert torch.is_grad_enabled()
+    with pytest.raises(TypeError) as info:
+        p.call(ropepool, **{name: other})
+    message = str(info.value)  # names the argument, what it must be and what it is
+    assert message.startswith(f"{name} ") and "torch.Tensor" in message and type(other).__name__ in message
+    for old, a in zip(before, p.arrays()):
+        assert np.array_equal(old, torch_fw.bits(a))
 
 
 def test_inputs_that_require_grad_are_read_under_no_grad(ropepool, torch_fw, torch):

@@ -114,6 +114,19 @@ def test_variants_in_place_and_into_caller_outputs(ropepool, fw, is_neox):
     (dict(v_head_dim=0), "v_head_dim must be positive (None = head_dim), got 0"),
     (dict(attention_scaling=0.0), "attention_scaling must be positive and finite (default 1.0), got 0.0"),
     (dict(attention_scaling=0), "attention_scaling must be positive and finite (default 1.0), got 0"),
+    (dict(threads=0), "threads must be >= 1 (None = the module's setting), got 0"),
+    (dict(k_scale=0.0), "k_scale must be a positive finite number (default 1.0), got 0"),
+    (dict(k_scale=-0.0), "k_scale must be a positive finite number (default 1.0), got -0"),
+    (dict(v_scale=np.zeros(1, np.float32)), "v_scale must be a positive finite number (default 1.0), got 0"),
+    (dict(v_scale=np.array(0.0)), "v_scale must be a positive finite number (default 1.0), got 0"),
+    (dict(k_scale=float("nan")), "k_scale must be a positive finite number (default 1.0), got nan"),
+    (dict(checked="no"), "checked must be True (CUDA: validate the slot values on the host first) or False, "
+     "got 'no'"),
+    # s * cos and s * sin are float32 in the kernels: s must be a normal float32.
+    (dict(attention_scaling=1e39), "attention_scaling 1e+39 is outside float32's normal range "
+     "[1.17549e-38, 3.40282e+38], in which the kernels scale cos and sin"),
+    (dict(attention_scaling=1e-40), "attention_scaling 1e-40 is outside float32's normal range "
+     "[1.17549e-38, 3.40282e+38], in which the kernels scale cos and sin"),
 ])
 def test_bad_variant_values_are_named(ropepool, fw, kwargs, message):
     p = Problem(fw, D=64)
