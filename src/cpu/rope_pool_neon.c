@@ -122,8 +122,10 @@ static RP_ALWAYS_INLINE uint16x4_t float_to_bf16(float32x4_t v)
     return vbsl_u16(vmovn_u32(nan), quiet, rounded);
 }
 
-static RP_ALWAYS_INLINE void store8(rp_dtype dt, char *p, half8 v)
+/* No streaming stores on this ISA (SIMD_STREAMING_STORES 0): `stream` is always 0. */
+static RP_ALWAYS_INLINE void store8(rp_dtype dt, int stream, char *p, half8 v)
 {
+    (void)stream;
     if (dt == RP_F32) {
         vst1q_f32((float *)p, v.lo);
         vst1q_f32((float *)p + 4, v.hi);
@@ -158,8 +160,9 @@ static RP_ALWAYS_INLINE uint32x4_t fp8_convert4(rp_dtype fmt, float32x4_t v)
 }
 
 /* 8 values times inv_scale as fp8 codes at p (8 bytes). */
-static RP_ALWAYS_INLINE void store8_fp8(rp_dtype fmt, char *p, half8 v, float32x4_t inv_scale)
+static RP_ALWAYS_INLINE void store8_fp8(rp_dtype fmt, int stream, char *p, half8 v, float32x4_t inv_scale)
 {
+    (void)stream;
     const uint16x4_t lo = vmovn_u32(fp8_convert4(fmt, vmulq_f32(v.lo, inv_scale)));
     const uint16x4_t hi = vmovn_u32(fp8_convert4(fmt, vmulq_f32(v.hi, inv_scale)));
     vst1_u8((uint8_t *)p, vmovn_u16(vcombine_u16(lo, hi)));
@@ -175,106 +178,28 @@ static RP_ALWAYS_INLINE void rotate4(float32x4_t x, float32x4_t y, const float *
     *out_y = vfmaq_f32(vmulq_f32(x, s), y, c);
 }
 
-/* 8 pairs: x from xs, y from ys; results to xd/yd and, unless xp is NULL, xp/yp (format pool_dt). */
-static RP_ALWAYS_INLINE void rotate8(rp_dtype dt, rp_dtype pool_dt, const char *xs, const char *ys, char *xd,
-                                     char *yd, char *xp, char *yp, const float *cs, const float *sn,
-                                     float32x4_t inv_scale)
+/* rope_pool_simd8.h's two rotations of 8 float32 values. */
+static RP_ALWAYS_INLINE void rotate8_values(half8 x, half8 y, const float *cs, const float *sn, half8 *out_x,
+                                            half8 *out_y)
 {
-    const half8 x = load8(dt, xs), y = load8(dt, ys);
-    half8 out_x, out_y;
-    rotate4(x.lo, y.lo, cs, sn, &out_x.lo, &out_y.lo);
-    rotate4(x.hi, y.hi, cs + 4, sn + 4, &out_x.hi, &out_y.hi);
-    store8(dt, xd, out_x);
-    store8(dt, yd, out_y);
-    if (xp && pool_dt == dt) {
-        store8(dt, xp, out_x);
-        store8(dt, yp, out_y);
-    } else if (xp) {
-        store8_fp8(pool_dt, xp, out_x, inv_scale);
-        store8_fp8(pool_dt, yp, out_y, inv_scale);
-    }
+    rotate4(x.lo, y.lo, cs, sn, &out_x->lo, &out_y->lo);
+    rotate4(x.hi, y.hi, cs + 4, sn + 4, &out_x->hi, &out_y->hi);
 }
 
-static RP_ALWAYS_INLINE void simd_rotate(rp_dtype dt, rp_dtype pool_dt, int stream_dst, int stream_pool,
-                                         const char *src, char *dst, char *pool, int64_t half,
-                                         int64_t n, const float *cs, const float *sn, float inv_scale)
-{
-    const int64_t elem = dt == RP_F32 ? 4 : 2, hb = half * elem, pool_elem = pool_dt == dt ? elem : 1;
-    const float32x4_t scale = vdupq_n_f32(inv_scale);
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8) {
-        const int64_t at = j * elem, pool_at = j * pool_elem;
-        rotate8(dt, pool_dt, src + at, src + at + hb, dst + at, dst + at + hb, pool ? pool + pool_at : NULL,
-                pool ? pool + pool_at + half * pool_elem : NULL, cs + j, sn + j, scale);
-    }
-    if (j == n)
-        return;
-    /* The last n - j < 8 pairs: one step on zero-padded copies. */
-    const size_t at = (size_t)(j * elem), bytes = (size_t)((n - j) * elem);
-    char in[2][32] = {{0}}, out[2][32], codes[2][8];
-    float c[8] = {0}, s[8] = {0};
-    memcpy(in[0], src + at, bytes);
-    memcpy(in[1], src + at + hb, bytes);
-    memcpy(c, cs + j, (size_t)(n - j) * sizeof(float));
-    memcpy(s, sn + j, (size_t)(n - j) * sizeof(float));
-    const int fp8 = pool && pool_dt != dt;
-    rotate8(dt, pool_dt, in[0], in[1], out[0], out[1], fp8 ? codes[0] : NULL, codes[1], c, s, scale);
-    memcpy(dst + at, out[0], bytes);
-    memcpy(dst + at + hb, out[1], bytes);
-    if (pool && pool_dt == dt) {
-        memcpy(pool + at, out[0], bytes);
-        memcpy(pool + at + hb, out[1], bytes);
-    } else if (fp8) {
-        memcpy(pool + j, codes[0], (size_t)(n - j));
-        memcpy(pool + j + half, codes[1], (size_t)(n - j));
-    }
-}
-
-/* GPT-J: 8 elements (4 neighbouring pairs) from xs to xd and, unless xp is NULL, xp:
- * out = fma(x, cd, swap_pairs(x) * sd) as in the x86 kernels; rev64 swaps the two floats of each
+/* out = fma(x, cd, swap_pairs(x) * sd) as in the x86 kernels; rev64 swaps the two floats of each
  * pair. */
-static RP_ALWAYS_INLINE void rotate_pairs8(rp_dtype dt, rp_dtype pool_dt, const char *xs, char *xd, char *xp,
-                                           const float *cd, const float *sd, float32x4_t inv_scale)
+static RP_ALWAYS_INLINE half8 rotate_pairs8_values(half8 x, const float *cd, const float *sd)
 {
-    const half8 x = load8(dt, xs);
     half8 out;
     out.lo = vfmaq_f32(vmulq_f32(vrev64q_f32(x.lo), vld1q_f32(sd)), x.lo, vld1q_f32(cd));
     out.hi = vfmaq_f32(vmulq_f32(vrev64q_f32(x.hi), vld1q_f32(sd + 4)), x.hi, vld1q_f32(cd + 4));
-    store8(dt, xd, out);
-    if (xp && pool_dt == dt)
-        store8(dt, xp, out);
-    else if (xp)
-        store8_fp8(pool_dt, xp, out, inv_scale);
+    return out;
 }
 
-static RP_ALWAYS_INLINE void simd_rotate_interleaved(rp_dtype dt, rp_dtype pool_dt, int stream_dst,
-                                                     int stream_pool, const char *src, char *dst, char *pool,
-                                                     int64_t n, const float *cd, const float *sd,
-                                                     float inv_scale)
-{
-    const int64_t elem = dt == RP_F32 ? 4 : 2, pool_elem = pool_dt == dt ? elem : 1;
-    const float32x4_t scale = vdupq_n_f32(inv_scale);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        rotate_pairs8(dt, pool_dt, src + i * elem, dst + i * elem, pool ? pool + i * pool_elem : NULL, cd + i,
-                      sd + i, scale);
-    if (i == n)
-        return;
-    /* The last n - i < 8 elements (whole pairs): one step on zero-padded copies. */
-    const size_t at = (size_t)(i * elem), bytes = (size_t)((n - i) * elem);
-    char in[32] = {0}, out[32], codes[8];
-    float c[8] = {0}, s[8] = {0};
-    memcpy(in, src + at, bytes);
-    memcpy(c, cd + i, (size_t)(n - i) * sizeof(float));
-    memcpy(s, sd + i, (size_t)(n - i) * sizeof(float));
-    const int fp8 = pool && pool_dt != dt;
-    rotate_pairs8(dt, pool_dt, in, out, fp8 ? codes : NULL, c, s, scale);
-    memcpy(dst + at, out, bytes);
-    if (fp8)
-        memcpy(pool + i, codes, (size_t)(n - i));
-    else if (pool)
-        memcpy(pool + at, out, bytes);
-}
+typedef half8 simd8;
+typedef float32x4_t simd8_scale;
+#define SIMD8_SCALE(x) vdupq_n_f32(x)
+#include "rope_pool_simd8.h"
 
 /* ---- copies --------------------------------------------------------------------------------------- */
 
@@ -283,38 +208,6 @@ static RP_ALWAYS_INLINE void simd_rotate_interleaved(rp_dtype dt, rp_dtype pool_
 static RP_ALWAYS_INLINE void simd_copy(int stream, char *dst, const char *src, int64_t bytes)
 {
     memcpy(dst, src, (size_t)bytes);
-}
-
-static RP_ALWAYS_INLINE void simd_narrow(rp_dtype dt, int stream, char *dst, const float *src, int64_t n)
-{
-    (void)stream; /* no streaming stores here (SIMD_STREAMING_STORES 0) */
-    const int64_t elem = dt == RP_F32 ? 4 : 2;
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        store8(dt, dst + j * elem, load8(RP_F32, (const char *)(src + j)));
-    if (j < n) { /* the last n - j < 8 values through a zero-padded copy */
-        float in[8] = {0};
-        char out[32];
-        memcpy(in, src + j, (size_t)(n - j) * sizeof(float));
-        store8(dt, out, load8(RP_F32, (const char *)in));
-        memcpy(dst + j * elem, out, (size_t)((n - j) * elem));
-    }
-}
-
-static RP_ALWAYS_INLINE void simd_to_fp8(rp_dtype dt, rp_dtype pool_dt, int stream, uint8_t *dst,
-                                         const char *src, int64_t n, float inv_scale)
-{
-    const int64_t elem = dt == RP_F32 ? 4 : 2;
-    const float32x4_t scale = vdupq_n_f32(inv_scale);
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        store8_fp8(pool_dt, (char *)dst + j, load8(dt, src + j * elem), scale);
-    if (j < n) { /* the last n - j < 8 elements through a zero-padded copy */
-        char in[32] = {0}, codes[8];
-        memcpy(in, src + j * elem, (size_t)((n - j) * elem));
-        store8_fp8(pool_dt, codes, load8(dt, in), scale);
-        memcpy(dst + j, codes, (size_t)(n - j));
-    }
 }
 
 static inline void simd_stream_fence(void)

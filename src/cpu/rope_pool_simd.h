@@ -3,7 +3,8 @@
  * ISA: the walk over tokens, frequency chunks and heads, the libm fallback for huge angles, the
  * RoPE variant (pair style, rotary_dim and its pass-through dims), the pool copies, and the choice
  * of streaming stores. An ISA file includes this header, defines the primitives declared below
- * (the only code that differs between ISAs), and fills its table with simd_fill_table(). An ISA
+ * (the only code that differs between ISAs; AVX2 and NEON share their 8-lane loops through
+ * rope_pool_simd8.h), and fills its table with simd_fill_table(). An ISA
  * without streaming stores worth using defines SIMD_STREAMING_STORES to 0 first: every call then
  * takes one pass with ordinary stores.
  *
