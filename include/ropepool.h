@@ -275,8 +275,9 @@ typedef struct rp_rope_pool_args {
      * value = fp8(x / scale), round to nearest even, saturating to the format's finite range. */
     int32_t pool_dtype;
     uint32_t reserved0;   /* must be 0                                                             */
-    double k_scale;       /* fp8 pools: K's scale, > 0 and finite; 0 = 1.0 (must be 0 or 1 with a
-                             k_scale_ptr); with other pools only 0 or 1                            */
+    double k_scale;       /* fp8 pools: K's scale, in [1/FLT_MAX, 1/FLT_MIN] (1 / scale is a normal
+                             float32); 0 = 1.0 (must be 0 or 1 with a k_scale_ptr); with other
+                             pools only 0 or 1                                                     */
     double v_scale;       /* fp8 pools: V's scale; 0 = 1.0                                          */
     const float *k_scale_ptr; /* or one float32 in the tensors' memory (device memory on CUDA),
                                  read when the kernel runs, so a captured graph sees updates;
@@ -352,8 +353,8 @@ typedef struct rp_rope_pool_args {
  * as given: a NaN weight gives NaN outputs. The outputs must not overlap the weights.
  * CPU calls with QK-norm and head_dim > 512 run on the reference kernel. CUDA normalises on its
  * vectorized kernels (head rows contiguous and 16-byte aligned, head_dim / 2 and rotary_dim / 2
- * multiples of the 16-byte vector, head_dim / 2 / vector a power of two up to 32); other QK-norm
- * calls on CUDA are RP_ERR_UNSUPPORTED.
+ * multiples of the 16-byte vector, head_dim / 2 / vector a power of two up to 32, v_head_dim =
+ * head_dim); other QK-norm calls on CUDA are RP_ERR_UNSUPPORTED.
  *
  * Pools (kv_layout). Slot s >= 0 is row s of a flat pool [P, Hk, D], and row s % block_size of
  * block s / block_size of a paged one: NHD [num_blocks, block_size, Hk, D] or HND [num_blocks,
@@ -391,7 +392,7 @@ typedef struct rp_rope_pool_args {
  * v_pool's; the last one stands for every pool dtype that is not fp8), then ours: dtypes,
  * head_dim and counts, rope_base, extension fields (style, rotary_dim, each inv_freq entry,
  * attention_scaling (a normal float32 value), mrope_section and mrope_interleaved, k_scale /
- * v_scale: > 0 and finite,
+ * v_scale: > 0 with 1 / scale a normal float32,
  * other than 1 only with fp8 pools; a pointer's value is checked on the CPU before anything is
  * written; the QK-norm weights' dtypes, alignment, norm_eps and norm_weight_offset), output
  * shapes and dtypes,
@@ -410,10 +411,13 @@ typedef struct rp_rope_pool_args {
  * host-mapped copy: no synchronisation, and kernels replayed from a CUDA graph record there too).
  * Duplicates are found only with RP_CHECK_SLOTS. Every variant (mRoPE included: positions [3, T]
  * are read by the kernel), pool layout, fp8 format and v_head_dim runs on CUDA; device-memory scales (k_scale_ptr, v_scale_ptr) are read by the kernel
- * and not checked: they must hold a positive finite float32.
+ * and not checked: they must hold a positive float32 whose reciprocal is a normal float32.
  *
  * Never writes outside q_rot, k_rot and the rows slots[t] of k_pool and v_pool.
- * T = 0 is a valid no-op (shapes are still checked).
+ * T = 0 is a valid no-op (shapes are still checked). Neither T = 0 nor RP_VALIDATE_ONLY reaches a
+ * backend: what only the CUDA backend refuses (head_dim past 4096, QK-norm outside its vectorized
+ * kernels, both RP_ERR_UNSUPPORTED, and a bad slot an earlier kernel recorded) is reported by the
+ * first call on CUDA that has tokens.
  */
 RP_API rp_status rp_rope_pool_fused(rp_context *ctx, const rp_rope_pool_args *args,
                                     char *errbuf, size_t errbuf_size);

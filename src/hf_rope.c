@@ -15,6 +15,7 @@
  */
 #include "internal.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,6 +190,14 @@ static rp_status check_params(const rp_hf_rope_params *p, rp_err *err)
     if (!positive_finite(p->rope_theta) || (p->rope_type == RP_HF_ROPE_YARN && p->rope_theta <= 1.0))
         return rp_fail(err, RP_ERR_INVALID_ARGUMENT, "rope_theta must be finite and > %s, got %g",
                        p->rope_type == RP_HF_ROPE_YARN ? "1 for yarn" : "0", p->rope_theta);
+    /* transformers rounds both to float32 (a Python float meeting a float32 tensor): beyond
+     * FLT_MAX the table would be built from infinity, all zeros but for 1. */
+    if (!isfinite(f32(p->rope_theta)))
+        return rp_fail(err, RP_ERR_INVALID_ARGUMENT, "rope_theta %g overflows float32, in which the table is built",
+                       p->rope_theta);
+    if (isfinite(p->factor) && !isfinite(f32(p->factor)))
+        return rp_fail(err, RP_ERR_INVALID_ARGUMENT, "factor %g overflows float32, in which the table is built",
+                       p->factor);
     if (p->seq_len < 0)
         return rp_fail(err, RP_ERR_INVALID_ARGUMENT, "seq_len must be >= 0, got %lld",
                        (long long)p->seq_len);
@@ -279,9 +288,13 @@ rp_status rp_hf_rope_frequencies(const rp_hf_rope_params *params, double *inv_fr
                              hf_type_names[params->rope_type], (long long)j, (double)table[j]);
             break;
         }
-    if (status == RP_OK && !positive_finite(scaling))
-        status = rp_fail(&err, RP_ERR_INVALID_ARGUMENT, "rope type '%s' gives attention scaling %g",
-                         hf_type_names[params->rope_type], scaling);
+    /* What rp_rope_pool_fused takes: a normal float32 value (its kernels scale cos and sin in
+     * float32). */
+    if (status == RP_OK && !(scaling >= FLT_MIN && scaling <= FLT_MAX))
+        status = rp_fail(&err, RP_ERR_INVALID_ARGUMENT,
+                         "rope type '%s' gives attention scaling %g, outside float32's normal range [%g, %g]: "
+                         "check its parameters", hf_type_names[params->rope_type], scaling, (double)FLT_MIN,
+                         (double)FLT_MAX);
     if (status == RP_OK) {
         for (int64_t j = 0; j < half; j++)
             inv_freq[j] = (double)table[j];

@@ -36,11 +36,13 @@ static int same_shape(const rp_tensor *a, const rp_tensor *b)
     return 1;
 }
 
+/* The element count, for messages; INT64_MAX when it does not fit (shapes are non-negative). */
 static int64_t numel(const rp_tensor *t)
 {
     int64_t n = 1;
     for (int i = 0; i < t->ndim && i < RP_MAX_DIMS; i++)
-        n *= t->shape[i]; /* shapes are non-negative and the extent check bounds the product */
+        if (__builtin_mul_overflow(n, t->shape[i], &n))
+            return INT64_MAX;
     return n;
 }
 
@@ -67,7 +69,7 @@ static rp_status check_pool_format(const rp_rope_pool_args *a, rp_err *err)
     const rp_status bad = RP_ERR_INVALID_ARGUMENT;
     const int32_t kd = a->k_pool.dtype, vd = a->v_pool.dtype, pd = a->pool_dtype;
     const int fp8ish = is_fp8(kd) || is_fp8(vd) || kd == RP_U8 || vd == RP_U8;
-    if (pd != 0 && !is_fp8(pd) && pd != kd)
+    if (pd != 0 && !is_fp8(pd) && (pd != kd || kd == RP_U8)) /* uint8 is storage, not a format */
         return rp_fail(err, bad, "pool_dtype %s (%d) is not a pool format: use RP_F8_E4M3 (14) or "
                        "RP_F8_E5M2 (15) for uint8 pools, or 0", rp_dtype_name((rp_dtype)pd), (int)pd);
     if (fp8ish && kd != vd)
@@ -89,6 +91,16 @@ static rp_dtype pool_format(const rp_rope_pool_args *a)
     return a->k_pool.dtype == RP_U8 ? (rp_dtype)a->pool_dtype : (rp_dtype)a->k_pool.dtype;
 }
 
+/* The kernels store fp8(x * float32(1 / scale)): 1 / scale must be a normal float32 (a smaller
+ * scale makes it infinite, and 0 * inf a NaN code; a larger one loses its bits). */
+#define RP_SCALE_MIN (1.0 / FLT_MAX)
+#define RP_SCALE_MAX (1.0 / FLT_MIN)
+
+static int scale_usable(double scale)
+{
+    return scale >= RP_SCALE_MIN && scale <= RP_SCALE_MAX;
+}
+
 /* A scale argument: 0 (= 1), or positive and finite; other than 1 only with fp8 pools. */
 static rp_status check_scale(const rp_rope_pool_args *a, const char *name, double scale,
                              const float *ptr, rp_err *err)
@@ -97,6 +109,9 @@ static rp_status check_scale(const rp_rope_pool_args *a, const char *name, doubl
     const rp_dtype fmt = pool_format(a);
     if (scale != 0.0 && !(isfinite(scale) && scale > 0.0))
         return rp_fail(err, bad, "%s must be a positive finite number (0 = 1.0), got %g", name, scale);
+    if (scale != 0.0 && !scale_usable(scale))
+        return rp_fail(err, bad, "%s %g is outside [%g, %g]: the kernels multiply by 1 / %s in float32, which must "
+                       "be a normal float32", name, scale, RP_SCALE_MIN, RP_SCALE_MAX, name);
     if (!is_fp8(fmt) && scale != 0.0 && scale != 1.0)
         return rp_fail(err, bad, "%s %g needs fp8 pools: k_pool and v_pool are %s, which take no scale",
                        name, scale, rp_dtype_name(fmt));
@@ -374,6 +389,11 @@ static rp_status check_memory(const rp_rope_pool_args *a, rp_err *err)
             if (t->shape[d] < 0)
                 return rp_fail(err, bad, "%s shape %s has a negative dimension", all[i].name,
                                rp_format_shape(s1, sizeof s1, t));
+        /* Checked before RP_VALIDATE_ONLY returns: every size computed from the shapes (the pool
+         * size num_blocks * block_size among them) then fits in int64. */
+        if (numel(t) == INT64_MAX)
+            return rp_fail(err, bad, "%s shape %s has 2^63 elements or more", all[i].name,
+                           rp_format_shape(s1, sizeof s1, t));
         if (t->reserved != 0 || (t->flags & ~(uint32_t)RP_TENSOR_READ_ONLY))
             return rp_fail(err, bad, "%s: rp_tensor reserved bits must be 0 (flags 0x%x)", all[i].name,
                            (unsigned)t->flags);
@@ -441,15 +461,28 @@ static rp_status check_memory(const rp_rope_pool_args *a, rp_err *err)
             if (ranges_meet(ext, empty, 5 + o, 5 + p) && rp_tensors_overlap(out, outputs[p].t))
                 return rp_fail(err, RP_ERR_OVERLAP, "%s overlaps %s: outputs must not share memory",
                                outputs[o].name, outputs[p].name);
-        /* The QK-norm weights are inputs too: [D] contiguous, described here as tensors. */
-        const void *weights[2] = {a->q_norm_weight, a->k_norm_weight};
-        const int32_t wdt[2] = {a->q_norm_weight_dtype, a->k_norm_weight_dtype};
-        for (int w = 0; w < 2; w++) {
-            const rp_tensor wt = rp_tensor_1d((void *)weights[w], (rp_dtype)(wdt[w] ? wdt[w] : a->q.dtype),
-                                              a->head_dim);
-            if (weights[w] != NULL && !empty[5 + o] && rp_tensors_overlap(out, &wt))
+        /* The inputs that are plain arrays, described here as tensors: the QK-norm weights ([D]),
+         * the caller's frequencies ([R/2] float64, read while q_rot is written) and the scales. */
+        const int64_t half = (a->rotary_dim ? a->rotary_dim : a->head_dim) / 2;
+        const struct {
+            const char *name;
+            const void *data;
+            int32_t dtype;
+            int64_t n;
+        } side[5] = {
+            {"q_norm_weight", a->q_norm_weight, a->q_norm_weight_dtype ? a->q_norm_weight_dtype : a->q.dtype,
+             a->head_dim},
+            {"k_norm_weight", a->k_norm_weight, a->k_norm_weight_dtype ? a->k_norm_weight_dtype : a->q.dtype,
+             a->head_dim},
+            {"inv_freq", a->inv_freq, RP_F64, half},
+            {"k_scale_ptr", a->k_scale_ptr, RP_F32, 1},
+            {"v_scale_ptr", a->v_scale_ptr, RP_F32, 1},
+        };
+        for (int w = 0; w < 5; w++) {
+            const rp_tensor wt = rp_tensor_1d((void *)side[w].data, (rp_dtype)side[w].dtype, side[w].n);
+            if (side[w].data != NULL && !empty[5 + o] && rp_tensors_overlap(out, &wt))
                 return rp_fail(err, RP_ERR_OVERLAP, "%s overlaps %s: outputs must not share memory with inputs",
-                               outputs[o].name, w ? "k_norm_weight" : "q_norm_weight");
+                               outputs[o].name, side[w].name);
         }
     }
     return RP_OK;
@@ -488,7 +521,7 @@ rp_status rp_validate(const rp_rope_pool_args *a, rp_problem *p, rp_err *err)
     p->v_head_dim = a->v_head_dim ? a->v_head_dim : a->head_dim;
     p->block_size = L.row < 0 ? 1 : a->k_pool.shape[L.row];
     p->num_blocks = a->k_pool.shape[0];
-    p->pool_size = p->num_blocks * p->block_size; /* bounded: the pools passed the extent check */
+    p->pool_size = p->num_blocks * p->block_size; /* fits: the pools' element counts do (check_memory) */
     p->block_shift = -1;
     for (int b = 0; b < 63 && p->block_shift < 0; b++)
         if (p->block_size == (int64_t)1 << b)
@@ -612,6 +645,10 @@ static rp_status read_host_scale(const char *name, const float *ptr, double *sca
     if (!(isfinite(value) && value > 0.0f))
         return rp_fail(err, RP_ERR_INVALID_ARGUMENT,
                        "%s_ptr points to %g: the scale must be a positive finite number", name, (double)value);
+    if (!scale_usable(value))
+        return rp_fail(err, RP_ERR_INVALID_ARGUMENT, "%s_ptr points to %g, outside [%g, %g]: the kernels multiply "
+                       "by 1 / %s in float32, which must be a normal float32", name, (double)value, RP_SCALE_MIN,
+                       RP_SCALE_MAX, name);
     *scale = value;
     return RP_OK;
 }

@@ -101,6 +101,30 @@ static void q_rot_q_other_strides(fixture *f)
 static void v_pool_is_k_pool(fixture *f) { f->args.v_pool.data = f->k_pool; }
 static void k_pool_over_positions(fixture *f) { f->args.k_pool.data = f->positions; }
 static void k_rot_into_v_pool(fixture *f) { f->args.k_rot.data = f->v_pool; }
+static void inv_freq_in_q_rot(fixture *f) /* a valid table, but read while q_rot is written */
+{
+    double *table = (double *)f->q_rot + 8;
+    for (int j = 0; j < 32; j++)
+        table[j] = pow(10000.0, -j / 32.0);
+    f->args.inv_freq = table;
+}
+static void pool_elements_overflow(fixture *f) /* no memory yet: RP_VALIDATE_ONLY stops before it */
+{
+    f->args.flags = RP_VALIDATE_ONLY;
+    f->args.kv_layout = RP_KV_NHD;
+    const int64_t shape[4] = {(int64_t)1 << 40, (int64_t)1 << 40, 2, 64};
+    rp_tensor *pools[2] = {&f->args.k_pool, &f->args.v_pool};
+    for (int i = 0; i < 2; i++) {
+        pools[i]->ndim = 4;
+        pools[i]->data = NULL;
+        for (int d = 0; d < 4; d++)
+            pools[i]->shape[d] = shape[d];
+        pools[i]->strides[3] = 1;
+        pools[i]->strides[2] = 64;
+        pools[i]->strides[1] = 128;
+        pools[i]->strides[0] = 0; /* never addressed */
+    }
+}
 
 static void set_slot(fixture *f, int64_t t, int64_t slot)
 {
@@ -248,6 +272,9 @@ static void test_aliasing_outputs_are_rejected(void)
     EXPECT(v_pool_is_k_pool, RP_ERR_OVERLAP, "v_pool overlaps k_pool: outputs must not share memory");
     EXPECT(k_pool_over_positions, RP_ERR_OVERLAP, "k_pool overlaps positions: *");
     EXPECT(k_rot_into_v_pool, RP_ERR_OVERLAP, "k_rot overlaps v_pool: outputs must not share memory");
+    EXPECT(inv_freq_in_q_rot, RP_ERR_OVERLAP, "q_rot overlaps inv_freq: outputs must not share memory with inputs");
+    EXPECT(pool_elements_overflow, RP_ERR_INVALID_ARGUMENT,
+           "k_pool shape (1099511627776, 1099511627776, 2, 64) has 2^63 elements or more");
 }
 
 static void test_slot_values_are_checked_in_token_order(void)

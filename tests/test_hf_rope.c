@@ -114,6 +114,24 @@ static void test_bad_parameters_are_refused_by_name_and_write_nothing(void)
     LLAMA31_REFUSED_WITH(original_max_position_embeddings, 0, "original_max_position_embeddings must be > 0");
     LLAMA31_REFUSED_WITH(rope_theta, NAN, "rope_theta");
     LLAMA31_REFUSED_WITH(reserved[2], 1, "reserved[2]");
+    /* transformers builds the table in float32: a theta or factor past FLT_MAX would make it of
+     * infinity (all zeros but for 1), which is refused rather than returned */
+    LLAMA31_REFUSED_WITH(rope_theta, 1e300, "rope_theta 1e+300 overflows float32");
+    LLAMA31_REFUSED_WITH(factor, 1e50, "factor 1e+50 overflows float32");
+
+    /* an attention scaling rp_rope_pool_fused would refuse (outside float32's normal range) */
+    rp_hf_rope_params y = {0};
+    y.rope_type = RP_HF_ROPE_YARN;
+    y.rotary_dim = 16;
+    y.rope_theta = 10000.0;
+    y.factor = 4.0;
+    y.original_max_position_embeddings = 4096;
+    y.beta_fast = 32.0;
+    y.beta_slow = 1.0;
+    y.attention_factor = 1e-300;
+    expect_refusal(&y, RP_ERR_INVALID_ARGUMENT, "gives attention scaling 1e-300, outside float32's normal range");
+    y.attention_factor = 1e300;
+    expect_refusal(&y, RP_ERR_INVALID_ARGUMENT, "gives attention scaling 1e+300, outside float32's normal range");
 
     rp_hf_rope_params d = {0};
     d.rope_type = RP_HF_ROPE_DYNAMIC;

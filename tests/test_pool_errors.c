@@ -106,6 +106,11 @@ static void fp8_pool_dtype_unknown(fixture *f)
     pools_as(f, RP_U8, RP_U8);
     f->args.pool_dtype = RP_I8;
 }
+static void fp8_pool_dtype_uint8(fixture *f) /* uint8 is the storage, not a format to store in */
+{
+    pools_as(f, RP_U8, RP_U8);
+    f->args.pool_dtype = RP_U8;
+}
 static void fp8_pool_dtype_on_float_pools(fixture *f) { f->args.pool_dtype = RP_F8_E4M3; }
 static void fp8_pool_dtype_differs_from_typed(fixture *f)
 {
@@ -128,6 +133,14 @@ static void fp8_typed(fixture *f) { pools_as(f, RP_F8_E4M3, RP_F8_E4M3); }
 static void k_scale_negative(fixture *f) { fp8_typed(f); f->args.k_scale = -1.0; }
 static void k_scale_nan(fixture *f) { fp8_typed(f); f->args.k_scale = NAN; }
 static void v_scale_inf(fixture *f) { fp8_typed(f); f->args.v_scale = INFINITY; }
+static void k_scale_tiny(fixture *f) { fp8_typed(f); f->args.k_scale = 1e-39; } /* 1 / scale: inf */
+static void v_scale_huge(fixture *f) { fp8_typed(f); f->args.v_scale = 1e38; } /* 1 / scale: subnormal */
+static void scale_ptr_tiny(fixture *f)
+{
+    fp8_typed(f);
+    scale_cell = 1e-45f;
+    f->args.k_scale_ptr = &scale_cell;
+}
 static void scale_and_ptr(fixture *f)
 {
     fp8_typed(f);
@@ -211,6 +224,9 @@ static void test_fp8_format_and_scale_errors(void)
     EXPECT(fp8_pool_dtype_unknown, bad,
            "pool_dtype int8 (7) is not a pool format: use RP_F8_E4M3 (14) or RP_F8_E5M2 (15) for uint8 "
            "pools, or 0");
+    EXPECT(fp8_pool_dtype_uint8, bad,
+           "pool_dtype uint8 (8) is not a pool format: use RP_F8_E4M3 (14) or RP_F8_E5M2 (15) for uint8 "
+           "pools, or 0");
     EXPECT(fp8_pool_dtype_on_float_pools, bad,
            "pool_dtype float8_e4m3fn does not match the pools' dtype float32: pool_dtype names the format "
            "of uint8 pools only");
@@ -225,6 +241,12 @@ static void test_fp8_format_and_scale_errors(void)
     EXPECT(k_scale_negative, bad, "k_scale must be a positive finite number (0 = 1.0), got -1");
     EXPECT(k_scale_nan, bad, "k_scale must be a positive finite number (0 = 1.0), got nan");
     EXPECT(v_scale_inf, bad, "v_scale must be a positive finite number (0 = 1.0), got inf");
+    EXPECT(k_scale_tiny, bad, "k_scale 1e-39 is outside [2.93874e-39, 8.50706e+37]: the kernels multiply by "
+           "1 / k_scale in float32, which must be a normal float32");
+    EXPECT(v_scale_huge, bad, "v_scale 1e+38 is outside [2.93874e-39, 8.50706e+37]: the kernels multiply by "
+           "1 / v_scale in float32, which must be a normal float32");
+    EXPECT(scale_ptr_tiny, bad, "k_scale_ptr points to 1.4013e-45, outside [2.93874e-39, 8.50706e+37]: the "
+           "kernels multiply by 1 / k_scale in float32, which must be a normal float32");
     EXPECT(scale_and_ptr, bad, "k_scale 0.5 and k_scale_ptr are both given: pass one (k_scale = 0 with a pointer)");
     EXPECT(scale_ptr_zero, bad, "v_scale_ptr points to 0: the scale must be a positive finite number");
     EXPECT(scale_ptr_nan, bad, "k_scale_ptr points to nan: the scale must be a positive finite number");
