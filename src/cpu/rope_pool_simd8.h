@@ -28,7 +28,8 @@ static RP_ALWAYS_INLINE void store8_outputs(rp_dtype dt, rp_dtype pool_dt, int s
         store8_fp8(pool_dt, stream_pool, pool, v, inv_scale);
 }
 
-/* 8 NeoX pairs: x from xs, y from ys; results to xd/yd and, unless xp is NULL, xp/yp. */
+/* 8 NeoX pairs: x from xs, y from ys; results to xd/yd and, unless xp is NULL, xp/yp (yp is not
+ * looked at when xp is NULL). */
 static RP_ALWAYS_INLINE void rotate8(rp_dtype dt, rp_dtype pool_dt, int stream_dst, int stream_pool,
                                      const char *xs, const char *ys, char *xd, char *yd, char *xp, char *yp,
                                      const float *cs, const float *sn, simd8_scale inv_scale)
@@ -36,7 +37,7 @@ static RP_ALWAYS_INLINE void rotate8(rp_dtype dt, rp_dtype pool_dt, int stream_d
     simd8 out_x, out_y;
     rotate8_values(load8(dt, xs), load8(dt, ys), cs, sn, &out_x, &out_y);
     store8_outputs(dt, pool_dt, stream_dst, stream_pool, xd, xp, out_x, inv_scale);
-    store8_outputs(dt, pool_dt, stream_dst, stream_pool, yd, yp, out_y, inv_scale);
+    store8_outputs(dt, pool_dt, stream_dst, stream_pool, yd, xp ? yp : NULL, out_y, inv_scale);
 }
 
 static RP_ALWAYS_INLINE void simd_rotate(rp_dtype dt, rp_dtype pool_dt, int stream_dst, int stream_pool,
@@ -64,7 +65,8 @@ static RP_ALWAYS_INLINE void simd_rotate(rp_dtype dt, rp_dtype pool_dt, int stre
     memcpy(c, cs + j, (size_t)(n - j) * sizeof(float));
     memcpy(s, sn + j, (size_t)(n - j) * sizeof(float));
     const int fp8 = pool && pool_dt != dt;
-    rotate8(dt, pool_dt, 0, 0, in[0], in[1], out[0], out[1], fp8 ? codes[0] : NULL, codes[1], c, s, scale);
+    rotate8(dt, pool_dt, 0, 0, in[0], in[1], out[0], out[1], fp8 ? codes[0] : NULL, fp8 ? codes[1] : NULL, c, s,
+            scale);
     memcpy(dst + at, out[0], bytes);
     memcpy(dst + at + hb, out[1], bytes);
     if (pool && pool_dt == dt) {
