@@ -21,6 +21,12 @@ typedef struct named {
     const rp_tensor *t;
 } named;
 
+/* A plain-pointer input (QK-norm weight, inv_freq, scale pointer), described as a 1-D tensor. */
+typedef struct named_1d {
+    const char *name;
+    rp_tensor t;
+} named_1d;
+
 static int shape_is(const rp_tensor *t, int64_t d0, int64_t d1, int64_t d2)
 {
     return t->shape[0] == d0 && t->shape[1] == d1 && t->shape[2] == d2;
@@ -437,6 +443,19 @@ static rp_status check_memory(const rp_rope_pool_args *a, rp_err *err)
                            rp_format_shape(s1, sizeof s1, t));
         }
     }
+    /* The inputs that are plain arrays, described here as tensors: the QK-norm weights ([D]), the
+     * caller's frequencies ([R/2] float64, read while q_rot is written) and the scales. */
+    const int64_t half = (a->rotary_dim ? a->rotary_dim : a->head_dim) / 2;
+    const rp_dtype qd = (rp_dtype)a->q.dtype;
+    const named_1d side[5] = {
+        {"q_norm_weight", rp_tensor_1d((void *)a->q_norm_weight,
+                                       a->q_norm_weight_dtype ? (rp_dtype)a->q_norm_weight_dtype : qd, a->head_dim)},
+        {"k_norm_weight", rp_tensor_1d((void *)a->k_norm_weight,
+                                       a->k_norm_weight_dtype ? (rp_dtype)a->k_norm_weight_dtype : qd, a->head_dim)},
+        {"inv_freq", rp_tensor_1d((void *)a->inv_freq, RP_F64, half)},
+        {"k_scale_ptr", rp_tensor_1d((void *)a->k_scale_ptr, RP_F32, 1)},
+        {"v_scale_ptr", rp_tensor_1d((void *)a->v_scale_ptr, RP_F32, 1)},
+    };
     for (int o = 0; o < 4; o++) {
         const rp_tensor *out = outputs[o].t;
         for (int i = 0; i < 5; i++) {
@@ -461,29 +480,10 @@ static rp_status check_memory(const rp_rope_pool_args *a, rp_err *err)
             if (ranges_meet(ext, empty, 5 + o, 5 + p) && rp_tensors_overlap(out, outputs[p].t))
                 return rp_fail(err, RP_ERR_OVERLAP, "%s overlaps %s: outputs must not share memory",
                                outputs[o].name, outputs[p].name);
-        /* The inputs that are plain arrays, described here as tensors: the QK-norm weights ([D]),
-         * the caller's frequencies ([R/2] float64, read while q_rot is written) and the scales. */
-        const int64_t half = (a->rotary_dim ? a->rotary_dim : a->head_dim) / 2;
-        const struct {
-            const char *name;
-            const void *data;
-            int32_t dtype;
-            int64_t n;
-        } side[5] = {
-            {"q_norm_weight", a->q_norm_weight, a->q_norm_weight_dtype ? a->q_norm_weight_dtype : a->q.dtype,
-             a->head_dim},
-            {"k_norm_weight", a->k_norm_weight, a->k_norm_weight_dtype ? a->k_norm_weight_dtype : a->q.dtype,
-             a->head_dim},
-            {"inv_freq", a->inv_freq, RP_F64, half},
-            {"k_scale_ptr", a->k_scale_ptr, RP_F32, 1},
-            {"v_scale_ptr", a->v_scale_ptr, RP_F32, 1},
-        };
-        for (int w = 0; w < 5; w++) {
-            const rp_tensor wt = rp_tensor_1d((void *)side[w].data, (rp_dtype)side[w].dtype, side[w].n);
-            if (side[w].data != NULL && !empty[5 + o] && rp_tensors_overlap(out, &wt))
+        for (int w = 0; w < 5; w++)
+            if (side[w].t.data != NULL && !empty[5 + o] && rp_tensors_overlap(out, &side[w].t))
                 return rp_fail(err, RP_ERR_OVERLAP, "%s overlaps %s: outputs must not share memory with inputs",
                                outputs[o].name, side[w].name);
-        }
     }
     return RP_OK;
 }

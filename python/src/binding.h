@@ -75,7 +75,7 @@ int rpy_refuse(const char *format, ...);
 /* ---- keyword arguments (keywords.c) --------------------------------------------------------- */
 
 /* An integer (int, NumPy integer, anything with __index__) within [lo, hi]; TypeError or
- * ValueError naming `name` otherwise. 0 or -1. */
+ * RopePoolError naming `name` otherwise. 0 or -1. */
 int rpy_integer(PyObject *obj, const char *name, long long lo, long long hi, long long *out);
 /* The environment variable `name` as a decimal integer within [lo, hi] into *out; unset or empty:
  * fallback. -1 (never raises: callers name the variable in their own message, or cannot raise)
@@ -112,8 +112,8 @@ int rpy_inv_freq(PyObject *obj, int64_t count, double *out);
 void rpy_advise_fresh_output(const rp_tensor *t);
 /* The memory of a new CPU output shaped like `like` from fresh_memory.c's cache of blocks (*block_bytes
  * receives the block's size, for rpy_output_block_give), or NULL where the output is small, the
- * cache is off or out of memory: allocate it as usual then. NULL with a ValueError when
- * ROPEPOOL_OUTPUT_CACHE_MB is not a number it can honour. With the GIL held. */
+ * cache is off or out of memory: allocate it as usual then. NULL with a RopePoolError when
+ * ROPEPOOL_OUTPUT_CACHE_MB or ROPEPOOL_FRESH_OUTPUTS is a value it cannot honour. With the GIL held. */
 void *rpy_output_block_take(const rp_tensor *like, size_t *block_bytes);
 /* Hands a block back when the output that held it is freed; any thread, GIL or not. */
 void rpy_output_block_give(void *block, size_t bytes);

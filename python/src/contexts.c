@@ -40,10 +40,9 @@ int rpy_contexts_init(void)
 static int threads_from_environment(int32_t *out)
 {
     long long value;
-    if (rpy_env_integer("ROPEPOOL_NUM_THREADS", 0, 4096, 0, &value) < 0) {
+    if (rpy_env_integer("ROPEPOOL_NUM_THREADS", 0, 4096, 0, &value) < 0)
         return rpy_refuse("ROPEPOOL_NUM_THREADS must be an integer in [0, 4096] (0 = one thread per CPU), got '%s'",
                           getenv("ROPEPOOL_NUM_THREADS"));
-    }
     *out = (int32_t)value;
     return 0;
 }

@@ -198,11 +198,11 @@ static double host_element(const rp_tensor *t, int64_t i)
  * went wrong) is refused instead, as is any other scale that is not positive and finite. */
 static int explicit_scale(const char *name, double value)
 {
+    if (isfinite(value) && value > 0.0)
+        return 0;
     char text[32]; /* PyUnicode_FromFormat has no %g */
     snprintf(text, sizeof text, "%g", value);
-    if (!(isfinite(value) && value > 0.0))
-        return rpy_refuse("%s must be a positive finite number (default 1.0), got %s", name, text);
-    return 0;
+    return rpy_refuse("%s must be a positive finite number (default 1.0), got %s", name, text);
 }
 
 int rpy_scale(PyObject *obj, const char *name, rp_device device, double *value, const float **ptr)
