@@ -353,8 +353,9 @@ typedef struct rp_rope_pool_args {
  * as given: a NaN weight gives NaN outputs. The outputs must not overlap the weights.
  * CPU calls with QK-norm and head_dim > 512 run on the reference kernel. CUDA normalises on its
  * vectorized kernels (head rows contiguous and 16-byte aligned, head_dim / 2 and rotary_dim / 2
- * multiples of the 16-byte vector, head_dim / 2 / vector a power of two up to 32, v_head_dim =
- * head_dim); other QK-norm calls on CUDA are RP_ERR_UNSUPPORTED.
+ * multiples of the 16-byte vector, head_dim / 2 / vector a power of two up to 32, v_head_dim a
+ * multiple of head_dim with v's heads end to end unless Hk = 1); other QK-norm calls on CUDA are
+ * RP_ERR_UNSUPPORTED.
  *
  * Pools (kv_layout). Slot s >= 0 is row s of a flat pool [P, Hk, D], and row s % block_size of
  * block s / block_size of a paged one: NHD [num_blocks, block_size, Hk, D] or HND [num_blocks,
@@ -363,7 +364,9 @@ typedef struct rp_rope_pool_args {
  * (num_blocks, Hk, block_size, 2 * D) split on its last dimension, one layer of a larger cache).
  * With v_head_dim = Dv, v is [T, Hk, Dv] and v_pool is k_pool's shape with Dv as its last
  * dimension (MLA: k_pool and v_pool as the two column ranges of one [P, Dv + D] row); v is copied,
- * never rotated. v_head_dim = 0 keeps the seed's "v shape must match k shape".
+ * never rotated. v_head_dim = 0 keeps the seed's "v shape must match k shape". On CUDA, a Dv that
+ * is a multiple of D (MLA: 512 of 64) runs on the vectorized kernels, v read as Dv / D heads of D
+ * dims, when Hk = 1 or v's and v_pool's heads lie end to end; other Dv take the strided kernel.
  *
  * fp8 pools (RP_F8_E4M3 / RP_F8_E5M2 pools, or RP_U8 pools with pool_dtype): k_pool receives
  * fp8(y / k_scale) where y is the rotated value itself (after attention scaling), not the

@@ -43,7 +43,10 @@ typedef struct rp_cuda_plan {
      * chunks). A frequency group is the 16 bytes of pairs one thread rotates in one head.        */
     int groups_per_block;    /* a token's groups one block serves; the token spans `chunks` blocks */
     int chunks;
-    int heads;               /* heads the call touches: Hq + 2 Hk (all), Hq + Hk (rotate), 2 Hk  */
+    int heads;               /* heads the call touches: Hq + Hk + Hk v_pieces (all), Hq + Hk
+                                (rotate), Hk + Hk v_pieces (scatter)                             */
+    int v_pieces;            /* vectorized: v and v_pool read as Hk v_pieces heads of D dims (Dv /
+                                D: MLA's latent row; 1 when Dv = D)                              */
     int heads_per_pass;      /* blockDim.y; a thread serves heads y, y + heads_per_pass, ...     */
     int items_per_thread;    /* heads per thread whose loads are issued before the barrier: 1 runs
                                 the decode kernel, 2 or 4 the prefill kernel                     */

@@ -19,13 +19,14 @@ enum { RP_POOL_SAME = 0, RP_POOL_E4M3 = 1, RP_POOL_E5M2 = 2 };
 template <int FREQ_CAP> struct rp_kernel_args {
     const void *q;                /* [T, Hq, D]                                        */
     const void *k;                /* [T, Hk, D]                                        */
-    const void *v;                /* [T, Hk, D]                                        */
+    const void *v;                /* [T, Hk, Dv]; vectorized: [T, Hk Dv / D, D]        */
     const void *positions;        /* [T] int32 | int64; mRoPE: [3, T] (rows t, h, w)   */
     const void *slots;            /* [T] int32 | int64                                 */
     void *q_rot;                  /* [T, Hq, D]; may be q                              */
     void *k_rot;                  /* [T, Hk, D]; may be k                              */
     void *k_pool;                 /* [blocks, block_size, Hk, D] in any axis order     */
-    void *v_pool;                 /* [blocks, block_size, Hk, Dv] likewise             */
+    void *v_pool;                 /* [blocks, block_size, Hk, Dv] likewise; vectorized:
+                                     [.., Hk Dv / D, D] (plan.cu's v_pieces)           */
     rp_cuda_slot_status *status;  /* [1] the context's bad-slot record                 */
     rp_cuda_slot_status *host_status; /* [1] its host-mapped copy                      */
     long long stride[T_COUNT][3]; /* in elements, indexed by T_*; pools: [block, head,
@@ -40,7 +41,6 @@ template <int FREQ_CAP> struct rp_kernel_args {
     const float *k_scale_ptr;     /* [1] device float or NULL: read by the kernel      */
     const float *v_scale_ptr;     /* [1] likewise                                      */
     int v_head_dim;               /* Dv                                                */
-    int v_chunks;                 /* vectorized: ceil(Dv / D) pieces of D per v head   */
     long long pos_stride, slot_stride;
     long long num_tokens, pool_size;
     int num_qo_heads, num_kv_heads;

@@ -53,17 +53,24 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
     const size_t elem = rp_dtype_size(p->dtype);
     const long long T = p->num_tokens, half_dim = p->head_dim / 2, per_vector = 16 / (long long)elem;
     const long long Hq = p->num_qo_heads, Hk = p->num_kv_heads;
-    const long long heads = parts == RP_PARTS_ALL ? Hq + 2 * Hk : parts == RP_PARTS_ROTATE ? Hq + Hk : 2 * Hk;
+    /* v heads wider than k's (MLA's latent row: Dv = 512 of c_kv beside D = 64 of k_pe) take the
+     * vectorized kernels as Dv / D pieces of D dims each, when a whole number of pieces and the
+     * pieces of consecutive heads lie end to end in v and in v_pool (or there is one head). */
+    const long long v_pieces = p->v_head_dim % p->head_dim == 0 ? p->v_head_dim / p->head_dim : 0;
+    const int v_as_heads = v_pieces == 1 || (v_pieces > 1 && (Hk == 1 || (p->v_stride[1] == p->v_head_dim &&
+                                                                          p->v_pool_stride[2] == p->v_head_dim)));
+    const long long Hv = v_as_heads ? Hk * v_pieces : Hk;
+    const long long heads = parts == RP_PARTS_ALL ? Hq + Hk + Hv : parts == RP_PARTS_ROTATE ? Hq + Hk : Hk + Hv;
     const long long groups = half_dim / per_vector;
 
     const int fp8 = rp_pool_is_fp8(p);
     const size_t pool_elem = fp8 ? 1 : elem;
     const long long pool_align = fp8 ? per_vector : 16;
     /* Every group (items.cuh) is two whole vectors: rotated pairs and pass-through dims alike; v
-     * heads as wide as k's (others: the strided kernel). */
+     * heads as wide as k's or in pieces as wide (others: the strided kernel). */
     plan.vectorized = p->inner_contiguous && half_dim % per_vector == 0 && (p->rotary_dim / 2) % per_vector == 0 &&
                       (p->style != RP_ROPE_GPTJ || (p->rotary_dim / 2) % 2 == 0) &&
-                      p->v_head_dim == p->head_dim && groups <= MAX_GROUPS &&
+                      v_as_heads && groups <= MAX_GROUPS &&
                       (!fp8 || p->rotary_dim / 2 <= RP_VECTOR_FP8_MAX_PAIRS) &&
                       heads <= INT_MAX / 2 &&
                       rows_aligned(p->q, p->q_stride, T, Hq, elem) &&
@@ -119,6 +126,7 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
     plan.groups_per_block = (int)gb;
     plan.chunks = (int)(groups / gb);
     plan.heads = (int)heads;
+    plan.v_pieces = (int)v_pieces;
     plan.heads_per_pass = (int)hy;
     plan.items_per_thread = prefetch;
     plan.tokens_per_block = (int)y;

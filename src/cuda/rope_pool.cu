@@ -33,6 +33,8 @@ static void fill_args(rp_kernel_args<FREQ_CAP> *a, const rp_cuda_state *st, cons
     for (int t = 0; t < T_COUNT; t++)
         for (int d = 0; d < 3; d++)
             a->stride[t][d] = strides[t][d];
+    if (plan->vectorized && plan->v_pieces > 1) /* v's pieces of D dims as heads (plan.cu) */
+        a->stride[T_V][1] = a->stride[T_V_POOL][1] = p->head_dim;
     a->pool_row_stride[0] = p->k_pool_stride[1];
     a->pool_row_stride[1] = p->v_pool_stride[1];
     a->block_size = p->block_size;
@@ -44,7 +46,6 @@ static void fill_args(rp_kernel_args<FREQ_CAP> *a, const rp_cuda_state *st, cons
     a->k_scale_ptr = p->k_scale_ptr;
     a->v_scale_ptr = p->v_scale_ptr;
     a->v_head_dim = (int)p->v_head_dim;
-    a->v_chunks = (int)((p->v_head_dim + p->head_dim - 1) / p->head_dim);
     a->pos_stride = p->pos_stride;
     a->slot_stride = p->slot_stride;
     a->num_tokens = p->num_tokens;
@@ -208,10 +209,11 @@ extern "C" rp_status rp_cuda_rope_pool(void *state, const rp_problem *p, rp_part
             status = rp_fail(err, RP_ERR_UNSUPPORTED,
                              "q_norm_weight / k_norm_weight (QK-norm) on CUDA need the vectorized kernels: head "
                              "rows contiguous and 16-byte aligned, head_dim / 2 and rotary_dim / 2 multiples of "
-                             "%d, head_dim / %d a power of two up to 32 and v_head_dim = head_dim; got head_dim "
-                             "%lld, rotary_dim %lld: run this call on the CPU",
+                             "%d, head_dim / %d a power of two up to 32 and v_head_dim a multiple of head_dim (v heads "
+                             "end to end unless one); got head_dim %lld, rotary_dim %lld, v_head_dim %lld: run "
+                             "this call on the CPU",
                              (int)(16 / rp_dtype_size(p->dtype)), (int)(32 / rp_dtype_size(p->dtype)),
-                             (long long)p->head_dim, (long long)p->rotary_dim);
+                             (long long)p->head_dim, (long long)p->rotary_dim, (long long)p->v_head_dim);
         else
             status = rp_cuda_launch(st, p, parts, &plan, stream, err);
     }

@@ -20,14 +20,36 @@ typedef struct pool_case {
     int64_t T, Hq, Hk, D, Dv;
     int device_scales;  /* fp8: 1 = k_scale_ptr / v_scale_ptr in device memory */
     const rope_variant *variant;
+    int latent;         /* 1: MLA's cache, one row [Hk, Dv + D] a slot: v = [.., :Dv], k = [.., Dv:] */
 } pool_case;
 
-/* K and V views of one allocation of 2 * nb * bs * Hk * D elements (Dv = D) for the layout, or
- * two flat pools [P, Hk, D] and [P, Hk, Dv] one after the other. */
+/* K and V views of one allocation of nb * bs * Hk * (D + Dv) elements for the layout: the latent
+ * row of MLA's cache (flat or NHD), K and V of vLLM's NHD or HND allocation (Dv = D), or two flat
+ * pools [P, Hk, D] and [P, Hk, Dv] one after the other. */
 static void pool_views(void *base, rp_dtype storage, const pool_case *c, int64_t nb, rp_tensor *k, rp_tensor *v)
 {
     const size_t e = rp_dtype_size(storage);
     const int64_t bs = c->bs, Hk = c->Hk, D = c->D, block = bs * Hk * D;
+    if (c->latent) { /* [nb, bs, Hk, Dv + D]: v its first Dv dims, k the last D */
+        const int64_t W = c->Dv + D;
+        for (int i = 0; i < 2; i++) {
+            rp_tensor t = {0};
+            t.dtype = storage;
+            t.data = i ? base : (char *)base + (size_t)c->Dv * e;
+            const int64_t dims = i ? c->Dv : D;
+            if (c->layout == RP_KV_FLAT) {
+                t.ndim = 3;
+                t.shape[0] = nb * bs, t.shape[1] = Hk, t.shape[2] = dims;
+                t.strides[0] = Hk * W, t.strides[1] = W, t.strides[2] = 1;
+            } else {
+                t.ndim = 4;
+                t.shape[0] = nb, t.shape[1] = bs, t.shape[2] = Hk, t.shape[3] = dims;
+                t.strides[0] = bs * Hk * W, t.strides[1] = Hk * W, t.strides[2] = W, t.strides[3] = 1;
+            }
+            *(i ? v : k) = t;
+        }
+        return;
+    }
     if (c->layout == RP_KV_FLAT) {
         *k = rp_tensor_3d(base, storage, nb * bs, Hk, D);
         *v = rp_tensor_3d((char *)base + (size_t)(nb * block) * e, storage, nb * bs, Hk, c->Dv);
@@ -155,7 +177,7 @@ static void test_paged_pools_within_bound_and_nothing_else_written(void)
                     const int64_t T = s == 0 ? 1 : s == 1 ? 37 : s == 2 ? big_T : 9, D = s == 3 ? 6 : 128;
                     const pool_case c = {dtypes[d], dtypes[d], layout, block_sizes[b], T, s == 2 ? 32 : 4,
                                          s == 2 ? 8 : 2, D, D, 0,
-                                         s == 1 ? &test_variants[(b + d) % NUM_TEST_VARIANTS] : NULL};
+                                         s == 1 ? &test_variants[(b + d) % NUM_TEST_VARIANTS] : NULL, 0};
                     run_pool_case(&c);
                 }
 }
@@ -174,22 +196,35 @@ static void test_fp8_pools_within_bound(void)
                     const int32_t layout = v == 2 ? RP_KV_NHD : v == 3 ? RP_KV_HND : RP_KV_FLAT;
                     const pool_case c = {dtypes[d], e5m2 ? RP_F8_E5M2 : RP_F8_E4M3, layout, v == 3 ? 13 : 16, T,
                                          dims[s][0], dims[s][1], dims[s][2], dims[s][2], v % 2,
-                                         v ? &test_variants[(size_t)v * 3 % NUM_TEST_VARIANTS] : NULL};
+                                         v ? &test_variants[(size_t)v * 3 % NUM_TEST_VARIANTS] : NULL, 0};
                     run_pool_case(&c);
                 }
 }
 
 /* v_head_dim: MLA's latent row (Hk = 1, D = 64, Dv = 512) and narrower and wider v heads, bf16 and
- * fp8, GPT-J pairs as DeepSeek uses them. */
+ * fp8, GPT-J pairs as DeepSeek uses them; then MLA's cache as engines hold it, one row
+ * [c_kv | k_pe] a slot (flat, and paged NHD in blocks of 64), at decode and prefill sizes: v in
+ * pieces of D (the vectorized kernels) where Dv is a multiple of D, the strided kernel elsewhere. */
 static void test_v_head_dim(void)
 {
     static const rope_variant gptj = {RP_ROPE_GPTJ, 0, TABLE_F64, 1.2};
-    static const int64_t shapes[][4] = {{16, 1, 64, 512}, {4, 2, 128, 64}, {4, 2, 64, 200}, {2, 1, 6, 9}};
+    static const int64_t shapes[][4] = {{16, 1, 64, 512}, {4, 2, 128, 64}, {4, 2, 64, 200}, {2, 1, 6, 9},
+                                        {4, 2, 64, 128}};
     for (int d = 0; d < 3; d++)
-        for (int s = 0; s < 4; s++)
+        for (int s = 0; s < 5; s++)
             for (int fp8 = 0; fp8 < 2; fp8++) {
                 const pool_case c = {dtypes[d], fp8 ? RP_F8_E4M3 : dtypes[d], RP_KV_FLAT, 1, s == 0 ? 33 : 5,
-                                     shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], fp8, &gptj};
+                                     shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], fp8, &gptj, 0};
+                run_pool_case(&c);
+            }
+    const int64_t Ts[] = {1, 16, test_quick() ? 40 : 700};
+    for (int d = 0; d < 3; d++)
+        for (int i = 0; i < 3; i++)
+            for (int v = 0; v < 4; v++) {
+                const int paged = v % 2, fp8 = v / 2, hk = i == 1 && d == 1 ? 2 : 1;
+                const pool_case c = {dtypes[d], fp8 ? (d ? RP_F8_E4M3 : RP_F8_E5M2) : dtypes[d],
+                                     paged ? RP_KV_NHD : RP_KV_FLAT, paged ? 64 : 1, Ts[i], 16 * hk, hk, 64, 512,
+                                     fp8 && i == 0, &gptj, 1};
                 run_pool_case(&c);
             }
 }

@@ -1,7 +1,8 @@
 /*
  * test_cuda_qk_norm.c — QK-norm on the GPU: every output against the float64 formula and the
  * header's bound (rp_ref_verify), decode and prefill sizes, both weights and one alone, weight
- * dtypes, offset 0 and 1, the RoPE variants, fp8 pools; agreement with the CPU backend; and the
+ * dtypes, offset 0 and 1, the RoPE variants, fp8 pools, magnitudes and offsets that take the
+ * kernels' float64 paths; agreement with the CPU backend; and the
  * layouts the CUDA kernels cannot normalise refused with RP_ERR_UNSUPPORTED, writing nothing.
  */
 #include "cuda_test_util.h"
@@ -32,8 +33,37 @@ static int cuda_normalises(int64_t D, rp_dtype dt, const rope_variant *v)
 /* One normalised call of shape (T, Hq, Hk, D) on the device, verified; with cpu_same, the count
  * of outputs bit-identical to the CPU backend's is added to *same / *total. A call the backend
  * does not normalise must be refused, writing nothing. */
-static void run_case(int64_t T, int64_t Hq, int64_t Hk, int64_t D, rp_dtype dt, rp_dtype wdt, int which,
-                     double offset, const rope_variant *v, int fp8, int64_t *same, int64_t *total)
+/* Heads of extreme magnitudes (the kernels' float64 paths, items.cuh): per head, values times
+ * 1e35, 1e-20, or one 16-byte vector of the head 1e-30 beside the rest (a lane's squares
+ * underflowing float32 while the head's sum does not), or an all-zero head; f16 cannot hold them and
+ * keeps its values. */
+static void extreme_heads(fixture *f)
+{
+    static const double factors[] = {1e35, 1e-20, 1.0, 0.0, 1.0};
+    const int big = f->dtype != RP_F16;
+    for (int64_t t = 0; t < f->T; t++)
+        for (int64_t h = 0; h < f->Hq + f->Hk; h++) {
+            void *x = h < f->Hq ? f->q : f->k;
+            const int64_t row = (t * (h < f->Hq ? f->Hq : f->Hk) + (h < f->Hq ? h : h - f->Hq)) * f->D;
+            const int kind = (int)((t + h) % 5);
+            for (int64_t i = 0; i < f->D; i++) {
+                double factor = big || factors[kind] == 0.0 ? factors[kind] : 1.0;
+                if (kind == 2 && big && i < 16 / (int64_t)rp_dtype_size(f->dtype))
+                    factor = 1e-30;
+                test_store(x, f->dtype, row + i, test_load(x, f->dtype, row + i) * factor);
+            }
+        }
+}
+
+/* Extremes for run_case: the heads' values (NULL: scale_heads), norm_eps (0: set_norm's). */
+typedef struct norm_extremes {
+    void (*values)(fixture *);
+    double eps;
+} norm_extremes;
+
+static void run_case_with(int64_t T, int64_t Hq, int64_t Hk, int64_t D, rp_dtype dt, rp_dtype wdt, int which,
+                          double offset, const rope_variant *v, int fp8, const norm_extremes *x, int64_t *same,
+                          int64_t *total)
 {
     fixture f, c;
     norm_weights w, wc; /* the same values, from the same generator state */
@@ -47,10 +77,12 @@ static void run_case(int64_t T, int64_t Hq, int64_t Hk, int64_t D, rp_dtype dt, 
     norm_weights *ws[2] = {&w, &wc};
     for (int i = 0; i < 2; i++) {
         test_rng a = rv, b = rw;
-        scale_heads(both[i]);
+        (x && x->values ? x->values : scale_heads)(both[i]);
         if (v)
             fixture_set_variant(both[i], &a, v);
         set_norm(&b, both[i], ws[i], which, wdt, offset);
+        if (x && x->eps)
+            both[i]->args.norm_eps = x->eps;
     }
     uint8_t *pools = NULL;
     const int64_t pool_elems = (T + 16) * Hk * D;
@@ -112,6 +144,12 @@ static void run_case(int64_t T, int64_t Hq, int64_t Hk, int64_t D, rp_dtype dt, 
     fixture_free(&c);
 }
 
+static void run_case(int64_t T, int64_t Hq, int64_t Hk, int64_t D, rp_dtype dt, rp_dtype wdt, int which,
+                     double offset, const rope_variant *v, int fp8, int64_t *same, int64_t *total)
+{
+    run_case_with(T, Hq, Hk, D, dt, wdt, which, offset, v, fp8, NULL, same, total);
+}
+
 static void test_normalised_calls_match_float64_and_the_cpu(void)
 {
     static const int64_t shapes[][3] = {{32, 8, 128}, {16, 8, 256}, {8, 1, 64}, {4, 2, 32}};
@@ -132,6 +170,26 @@ static void test_normalised_variants_and_fp8_pools(void)
         for (int d = 0; d < 3; d++)
             run_case(v % 2 ? 600 : 9, 8, 2, 128, dtypes[d], RP_F32, (v + d) % 3, (double)(v % 2), &test_variants[v],
                      (v + d) % 3 == 0 ? 1 + v % 2 : 0, &same, &total);
+}
+
+/* Values, offsets and eps outside the float32 pairs' range take the float64 paths, within the
+ * same bound: heads of 1e35 and 1e-20, a lane of 1e-30, all-zero heads with eps 1e-300 (rstd
+ * 1e150), an offset of 1e30; decode and prefill kernels, fp8 pools once. */
+static void test_extreme_magnitudes_within_bound(void)
+{
+    static const norm_extremes cases[] = {{extreme_heads, 0.0}, {extreme_heads, 1e-300}, {NULL, 1e-300}};
+    static const double offsets[] = {0.0, 1.0, 1e30};
+    int64_t same = 0, total = 0;
+    for (int d = 0; d < 3; d++)
+        for (int c = 0; c < 3; c++)
+            for (int o = 0; o < 3; o++) {
+                const int64_t T = (c + o) % 2 ? 5 : 600;
+                /* an offset of 1e30 in f16 weights would be infinite: float32 weights there */
+                const rp_dtype wdt = (c + d) % 2 || o == 2 ? RP_F32 : dtypes[d];
+                run_case_with(T, 8, 2, 128, dtypes[d], wdt, NORM_BOTH, offsets[o],
+                              NULL, c == 0 && o == 1 && d ? 1 : 0, &cases[c], &same, &total);
+            }
+    printf("  %lld of %lld normalised outputs bit-identical to the CPU's\n", (long long)same, (long long)total);
 }
 
 /* D = 40 in 16-bit types (20 pairs: no 16-byte groups) takes the strided kernel, which cannot
@@ -171,6 +229,7 @@ int main(void)
     ctx = cuda_test_context(0);
     RUN(test_normalised_calls_match_float64_and_the_cpu);
     RUN(test_normalised_variants_and_fp8_pools);
+    RUN(test_extreme_magnitudes_within_bound);
     RUN(test_unvectorizable_normalised_call_is_refused);
     rp_context_destroy(ctx);
     return test_summary("test_cuda_qk_norm");
