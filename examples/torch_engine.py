@@ -28,8 +28,15 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 import transformers
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import ropepool
+
+# SDPA's backends on CUDA: not cuDNN's, which builds (and caches) one graph per key length, about
+# 1.5 ms of host time each on an H200 host, while decode steps bring a new key length for every
+# sequence at every step (measured: the first of two engines on one schedule, which met every
+# length first, ran its decode steps 6.6x slower; bench/results/cuda-h200-mla-engine.md).
+SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 # Tiny configs for tests and the CPU benchmark: the RoPE of Llama 3.1 (llama3 scaling, GQA),
 # Qwen2.5 (YaRN, attention bias) and a linear-scaled MHA model.
@@ -170,37 +177,24 @@ class Engine:
             dist.all_reduce(x, group=self.group)
         return x
 
-    @staticmethod
-    def attention_backends(device):
-        """SDPA without cuDNN's backend on CUDA: cuDNN builds (and caches) one graph per key
-        length, about 1.5 ms of host time each on an H200 host, and decode steps bring a new key
-        length for every sequence at every step. Whichever engine met a length first paid for it
-        (measured: the first of two engines on the same schedule ran its decode steps 6.5x slower)."""
-        if device.type != "cuda":
-            return contextlib.nullcontext()
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-        return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
-
     def attend(self, i, q, batch):
-        """SDPA of each sequence's queries over its pool rows (GQA: Hq/Hk queries per KV head)."""
-        with self.attention_backends(q.device):
-            return self._attend(i, q, batch)
-
-    def _attend(self, i, q, batch):
+        """SDPA of each sequence's queries over its pool rows (GQA: Hq/Hk queries per KV head),
+        on CUDA without cuDNN's backend (SDPA_BACKENDS)."""
         out, row = torch.empty_like(q), 0
-        for seq, start, n in batch:
-            keys = torch.as_tensor(self.table.slots(seq, list(range(start + n))), device=q.device)
-            k = self.k_pools[i].index_select(0, keys).transpose(0, 1)[None]
-            v = self.v_pools[i].index_select(0, keys).transpose(0, 1)[None]
-            qs = q[row:row + n].transpose(0, 1)[None]
-            if start == 0 or n == 1:  # causal from position 0 (prefill), or one query (decode)
-                o = F.scaled_dot_product_attention(qs, k, v, is_causal=n > 1, enable_gqa=True)
-            else:
-                mask = torch.arange(start + n, device=q.device)[None] <= torch.arange(start, start + n,
-                                                                                     device=q.device)[:, None]
-                o = F.scaled_dot_product_attention(qs, k, v, attn_mask=mask, enable_gqa=True)
-            out[row:row + n] = o[0].transpose(0, 1)
-            row += n
+        with sdpa_kernel(SDPA_BACKENDS) if q.is_cuda else contextlib.nullcontext():
+            for seq, start, n in batch:
+                keys = torch.as_tensor(self.table.slots(seq, list(range(start + n))), device=q.device)
+                k = self.k_pools[i].index_select(0, keys).transpose(0, 1)[None]
+                v = self.v_pools[i].index_select(0, keys).transpose(0, 1)[None]
+                qs = q[row:row + n].transpose(0, 1)[None]
+                if start == 0 or n == 1:  # causal from position 0 (prefill), or one query (decode)
+                    o = F.scaled_dot_product_attention(qs, k, v, is_causal=n > 1, enable_gqa=True)
+                else:
+                    mask = torch.arange(start + n, device=q.device)[None] <= torch.arange(start, start + n,
+                                                                                         device=q.device)[:, None]
+                    o = F.scaled_dot_product_attention(qs, k, v, attn_mask=mask, enable_gqa=True)
+                out[row:row + n] = o[0].transpose(0, 1)
+                row += n
         return out
 
     @torch.inference_mode()
