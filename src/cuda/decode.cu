@@ -107,17 +107,19 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
         long long row = 0;
         const long long block = to_pool ? rp_slot_block(a, slot, &row) : 0;
         /* QK-norm: every lane joins its head's reduction, here and in the loop below, whose trip
-         * count is then the block's. */
-        rp_norm_item norm;
-        const rp_norm_item *nm = NULL;
+         * count is then the block's. The weights come from memory (not staged in shared memory as
+         * in the prefill kernel: staging put their load before the barrier of this one chain of
+         * latencies, and cost 0.6 us a call at T = 1, bench/results/qwen3-8b-qk-norm.md). */
+        rp_norm_item norm = {}; /* w NULL: not normalised */
         if (NORM) {
-            const double rstd = rp_norm_rstd<DT>(a, token_ok && (int)threadIdx.y < a.heads, lo, hi);
-            norm = rp_norm_of(a, item.kind, (int)first, (int)(first + half_bytes / (long long)ELEM), rstd);
-            nm = norm.w ? &norm : NULL;
+            const bool valid = token_ok && (int)threadIdx.y < a.heads;
+            rp_norm_factor f;
+            rp_norm_rstd<DT, 1>(a, &valid, &lo, &hi, &f);
+            norm = rp_norm_of(a, item.kind, (int)first, (int)(first + half_bytes / (long long)ELEM), f, NULL);
         }
         if (token_ok && (int)threadIdx.y < a.heads)
             finish_item<DT, STYLE, FP8>(a, item, rows, lo, hi, t, to_pool, block, row, half_bytes, gr.rotated, cs, GB,
-                                   item.kind == RP_ITEM_V ? v_inv : k_inv, nm);
+                                   item.kind == RP_ITEM_V ? v_inv : k_inv, norm);
         for (int h = threadIdx.y + HY; NORM ? h - (int)threadIdx.y < a.heads : token_ok && h < a.heads; h += HY) {
             const bool valid = token_ok && h < a.heads;
             const rp_item it = make_item<ELEM, FP8>(a, h, first);
@@ -128,15 +130,14 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
                 l = *(const uint4 *)p;
                 u = *(const uint4 *)(p + half_bytes);
             }
-            const rp_norm_item *nm_h = NULL;
             if (NORM) {
-                norm = rp_norm_of(a, it.kind, (int)first, (int)(first + half_bytes / (long long)ELEM),
-                                  rp_norm_rstd<DT>(a, valid, l, u));
-                nm_h = norm.w ? &norm : NULL;
+                rp_norm_factor f;
+                rp_norm_rstd<DT, 1>(a, &valid, &l, &u, &f);
+                norm = rp_norm_of(a, it.kind, (int)first, (int)(first + half_bytes / (long long)ELEM), f, NULL);
             }
             if (valid)
                 finish_item<DT, STYLE, FP8>(a, it, r, l, u, t, to_pool, block, row, half_bytes, gr.rotated, cs, GB,
-                                       it.kind == RP_ITEM_V ? v_inv : k_inv, nm_h);
+                                       it.kind == RP_ITEM_V ? v_inv : k_inv, norm);
         }
         if (threadIdx.x == 0 && threadIdx.y == 0 && blockIdx.y == 0 && slot >= a.pool_size)
             rp_record_bad_slot(a.status, a.host_status, t, slot, a.pool_size);

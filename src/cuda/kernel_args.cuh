@@ -63,7 +63,10 @@ template <int FREQ_CAP> struct rp_kernel_args {
     /* QK-norm (vectorized kernels only; items.cuh): a head's groups are the block's x lanes. */
     const void *q_norm, *k_norm;  /* [D] weights of q / k heads, or NULL                */
     int q_norm_f32, k_norm_f32;   /* weight dtype: 1 = float32, 0 = the inputs' dtype   */
+    int norm_float32;             /* 16-bit inputs and a float32-exact offset: y may be
+                                     formed in float32 (items.cuh, rp_norm_rstd)         */
     double norm_eps, norm_offset;
+    double norm_inv_dim;          /* 1 / D (a power of two on these kernels: exact)     */
     double inv_freq[FREQ_CAP];    /* [rot_half] the pairs' frequencies, float64        */
 };
 
@@ -116,11 +119,14 @@ __device__ __forceinline__ float rp_inv_scale(const float *ptr, float host_inv_s
 
 /* Threads per block the vectorized kernels are compiled for, by items per thread (1: the decode
  * kernel; 2: the prefill kernel; 4: at most 128 registers a thread): at most 80 registers a thread
- * below 4. QK-norm variants (norm) take 512 too: at 80 registers its float64 reduction spilled 80
- * to 130 bytes in the 16-bit kernels. The plan reads the same function. */
+ * below 4. The QK-norm decode kernel (norm) takes 512: at 80 registers its reductions spilled about
+ * 100 bytes, and a decode call is one chain of latencies. The QK-norm prefill kernel keeps 768:
+ * with 4 blocks of 192 threads a multiprocessor (Qwen3-8B) against 2 at 128 registers, it ran a
+ * prefill call 1.3-1.4 times faster (bench/results/qwen3-8b-qk-norm.md). The plan reads the same
+ * function. */
 __host__ __device__ constexpr int rp_block_threads(int prefetch, bool norm = false)
 {
-    return prefetch >= 4 || norm ? 512 : 768;
+    return prefetch >= 4 || (norm && prefetch == 1) ? 512 : 768;
 }
 
 #endif /* RP_CUDA_KERNEL_ARGS_CUH */

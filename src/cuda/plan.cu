@@ -111,14 +111,19 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
         prefetch /= 2; /* keep at least a warp of threads per token */
     const long long limit = rp_block_threads(prefetch, norm);
     long long hy = div_up(heads, prefetch);
+    if (norm) /* whole warps: QK-norm's shuffles then take the full mask (items.cuh) */
+        hy = div_up(hy * gb, 32) * 32 / gb;
     if (hy * gb > limit)
         hy = limit / gb;
     long long y = large ? MIN_LARGE_CALL_BLOCK_THREADS / (hy * gb) : 1;
     if (y * hy * gb > limit)
         y = limit / (hy * gb);
     const long long table_bytes_per_token = gb * per_vector * 2 * (long long)sizeof(float);
-    if (y * table_bytes_per_token > MAX_TABLE_BYTES)
-        y = MAX_TABLE_BYTES / table_bytes_per_token;
+    /* QK-norm, prefill kernel: q's and k's weights staged before the table (items.cuh) */
+    const long long staged_bytes =
+        norm && prefetch > 1 && parts != RP_PARTS_SCATTER ? 2 * p->head_dim * (long long)sizeof(float) : 0;
+    if (y * table_bytes_per_token > MAX_TABLE_BYTES - staged_bytes)
+        y = (MAX_TABLE_BYTES - staged_bytes) / table_bytes_per_token;
     if (y > MAX_TOKENS_PER_BLOCK)
         y = MAX_TOKENS_PER_BLOCK;
     if (y < 1)
@@ -132,6 +137,6 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
     plan.tokens_per_block = (int)y;
     const long long tiles = div_up(T, y);
     plan.grid = (unsigned)(tiles < MAX_GRID ? tiles : MAX_GRID);
-    plan.shared_bytes = parts == RP_PARTS_SCATTER ? 0 : (size_t)(y * table_bytes_per_token);
+    plan.shared_bytes = parts == RP_PARTS_SCATTER ? 0 : (size_t)(staged_bytes + y * table_bytes_per_token);
     return plan;
 }

@@ -19,6 +19,9 @@ rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
     /* [tokens][V/2][groups of the block] float4: (cos, sin) of pairs 2c and 2c + 1 of a group,
      * laid out so that a warp's consecutive groups read consecutive 16 bytes. */
     extern __shared__ float4 table[];
+    /* QK-norm: the block's staged weights come first (items.cuh, rp_stage_norm_weights) */
+    float *const sw = (float *)table;
+    bool staged = false;
 
     const int GB = blockDim.x, HY = blockDim.y, Y = blockDim.z;
     const int group = blockIdx.y * GB + threadIdx.x;
@@ -26,7 +29,7 @@ rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
     const long long first = gr.first, half_bytes = gr.hi_bytes;
     const long long T = a.num_tokens, num_tiles = a.num_tiles;
     const bool rotates = a.parts != RP_PARTS_SCATTER;
-    float4 *cs = table + threadIdx.z * (GB * V / 2) + threadIdx.x;
+    float4 *cs = table + (NORM ? rp_norm_staged_float4s(a) : 0) + threadIdx.z * (GB * V / 2) + threadIdx.x;
 
     rp_let_next_kernel_launch();
     rp_wait_for_prior_kernel();
@@ -64,6 +67,8 @@ rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
         /* 2. The (token, frequency) table of this block, while the loads are in flight: thread
          * (g, y) computes pair y (y + HY, ...) of group g, once for all heads. */
         if (rotates) {
+            const bool stage = NORM && DT != RP_F32 && a.norm_float32 && tile == blockIdx.x;
+            const bool outside = stage && rp_stage_norm_weights<DT>(a, sw);
             if (builds_table)
                 for (int j = threadIdx.y; j < V; j += HY) {
                     float s, c;
@@ -77,7 +82,10 @@ rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
                     entry[0] = c;
                     entry[1] = s;
                 }
-            __syncthreads();
+            if (NORM)
+                staged = rp_norm_barrier(stage, outside, staged);
+            else
+                __syncthreads();
         }
 
         /* 3. Rotate and store. */
@@ -85,22 +93,26 @@ rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
         const bool to_pool = slot >= 0 && slot < a.pool_size;
         long long row = 0;
         const long long block = to_pool ? rp_slot_block(a, slot, &row) : 0;
+        /* QK-norm: every lane joins its heads' reductions (all PREFETCH at once), here and in the
+         * loop below, whose trip count is then the block's. */
+        rp_norm_factor f[PREFETCH];
+        if (NORM) {
+            bool valid[PREFETCH];
+#pragma unroll
+            for (int j = 0; j < PREFETCH; j++)
+                valid[j] = token_ok && (int)threadIdx.y + j * HY < a.heads;
+            rp_norm_rstd<DT, PREFETCH>(a, valid, lo, hi, f);
+        }
 #pragma unroll
         for (int j = 0; j < PREFETCH; j++) {
             const int h = threadIdx.y + j * HY;
-            /* QK-norm: every lane joins its head's reduction, here and in the loop below, whose
-             * trip count is then the block's. */
-            rp_norm_item norm;
-            const rp_norm_item *nm = NULL;
-            if (NORM) {
-                const double rstd = rp_norm_rstd<DT>(a, token_ok && h < a.heads, lo[j], hi[j]);
+            rp_norm_item norm = {}; /* w NULL: not normalised */
+            if (NORM)
                 norm = rp_norm_of(a, place_head(a, h).kind, (int)first, (int)(first + half_bytes / (long long)ELEM),
-                                  rstd);
-                nm = norm.w ? &norm : NULL;
-            }
+                                  f[j], staged ? sw : NULL);
             if (token_ok && h < a.heads)
                 finish_placed_item<DT, STYLE, FP8>(a, place_head(a, h), lo[j], hi[j], t, to_pool, block, row, first,
-                                              half_bytes, gr.rotated, cs, GB, k_inv, v_inv, nm);
+                                              half_bytes, gr.rotated, cs, GB, k_inv, v_inv, norm);
         }
         for (int h = threadIdx.y + PREFETCH * HY; NORM ? h - (int)threadIdx.y < a.heads : token_ok && h < a.heads;
              h += HY) {
@@ -112,16 +124,15 @@ rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
                 l = *(const uint4 *)p;
                 u = *(const uint4 *)(p + half_bytes);
             }
-            rp_norm_item norm;
-            const rp_norm_item *nm = NULL;
+            rp_norm_item norm = {}; /* w NULL: not normalised */
             if (NORM) {
-                norm = rp_norm_of(a, pl.kind, (int)first, (int)(first + half_bytes / (long long)ELEM),
-                                  rp_norm_rstd<DT>(a, valid, l, u));
-                nm = norm.w ? &norm : NULL;
+                rp_norm_factor fh;
+                rp_norm_rstd<DT, 1>(a, &valid, &l, &u, &fh);
+                norm = rp_norm_of(a, pl.kind, (int)first, (int)(first + half_bytes / (long long)ELEM), fh, staged ? sw : NULL);
             }
             if (valid)
                 finish_placed_item<DT, STYLE, FP8>(a, pl, l, u, t, to_pool, block, row, first, half_bytes, gr.rotated, cs,
-                                              GB, k_inv, v_inv, nm);
+                                              GB, k_inv, v_inv, norm);
         }
         if (threadIdx.x == 0 && threadIdx.y == 0 && blockIdx.y == 0 && slot >= a.pool_size)
             rp_record_bad_slot(a.status, a.host_status, t, slot, a.pool_size);

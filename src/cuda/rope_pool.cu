@@ -73,6 +73,8 @@ static void fill_args(rp_kernel_args<FREQ_CAP> *a, const rp_cuda_state *st, cons
     a->k_norm_f32 = p->k_norm.dtype == RP_F32;
     a->norm_eps = p->norm_eps;
     a->norm_offset = p->norm_offset;
+    a->norm_float32 = p->dtype != RP_F32 && (double)(float)p->norm_offset == p->norm_offset;
+    a->norm_inv_dim = 1.0 / (double)p->head_dim;
     memcpy(a->inv_freq, p->inv_freq, (size_t)a->rot_half * sizeof(double));
 }
 

@@ -35,31 +35,41 @@ static int cuda_normalises(int64_t D, rp_dtype dt, const rope_variant *v)
  * does not normalise must be refused, writing nothing. */
 /* Heads of extreme magnitudes (the kernels' float64 paths, items.cuh): per head, values times
  * 1e35, 1e-20, or one 16-byte vector of the head 1e-30 beside the rest (a lane's squares
- * underflowing float32 while the head's sum does not), or an all-zero head; f16 cannot hold them and
- * keeps its values. */
+ * underflowing float32 while the head's sum does not), or 1e9 with one vector 1e-49 (in bfloat16
+ * its smallest subnormals: x / rms near 2^-163, the float32 path's smallest), or an all-zero head;
+ * f16 cannot hold them and keeps its values. */
 static void extreme_heads(fixture *f)
 {
-    static const double factors[] = {1e35, 1e-20, 1.0, 0.0, 1.0};
+    static const double factors[] = {1e35, 1e-20, 1.0, 0.0, 1.0, 1e9};
     const int big = f->dtype != RP_F16;
     for (int64_t t = 0; t < f->T; t++)
         for (int64_t h = 0; h < f->Hq + f->Hk; h++) {
             void *x = h < f->Hq ? f->q : f->k;
             const int64_t row = (t * (h < f->Hq ? f->Hq : f->Hk) + (h < f->Hq ? h : h - f->Hq)) * f->D;
-            const int kind = (int)((t + h) % 5);
+            const int kind = (int)((t + h) % 6);
             for (int64_t i = 0; i < f->D; i++) {
                 double factor = big || factors[kind] == 0.0 ? factors[kind] : 1.0;
-                if (kind == 2 && big && i < 16 / (int64_t)rp_dtype_size(f->dtype))
-                    factor = 1e-30;
+                if ((kind == 2 || kind == 5) && big && i < 16 / (int64_t)rp_dtype_size(f->dtype))
+                    factor = kind == 2 ? 1e-30 : 1e-49;
                 test_store(x, f->dtype, row + i, test_load(x, f->dtype, row + i) * factor);
             }
         }
 }
 
-/* Extremes for run_case: the heads' values (NULL: scale_heads), norm_eps (0: set_norm's). */
+/* Extremes for run_case: the heads' values (NULL: scale_heads), norm_eps (0: set_norm's), a
+ * factor on every weight (0: none). */
 typedef struct norm_extremes {
     void (*values)(fixture *);
-    double eps;
+    double eps, weight_scale;
 } norm_extremes;
+
+static void scale_weights(const fixture *f, const norm_weights *w, rp_dtype wdt, double factor)
+{
+    for (int64_t i = 0; i < f->D; i++) {
+        test_store(w->q, wdt, i, test_load(w->q, wdt, i) * factor);
+        test_store(w->k, wdt, i, test_load(w->k, wdt, i) * factor);
+    }
+}
 
 static void run_case_with(int64_t T, int64_t Hq, int64_t Hk, int64_t D, rp_dtype dt, rp_dtype wdt, int which,
                           double offset, const rope_variant *v, int fp8, const norm_extremes *x, int64_t *same,
@@ -83,6 +93,8 @@ static void run_case_with(int64_t T, int64_t Hq, int64_t Hk, int64_t D, rp_dtype
         set_norm(&b, both[i], ws[i], which, wdt, offset);
         if (x && x->eps)
             both[i]->args.norm_eps = x->eps;
+        if (x && x->weight_scale)
+            scale_weights(both[i], ws[i], wdt, x->weight_scale);
     }
     uint8_t *pools = NULL;
     const int64_t pool_elems = (T + 16) * Hk * D;
@@ -172,20 +184,27 @@ static void test_normalised_variants_and_fp8_pools(void)
                      (v + d) % 3 == 0 ? 1 + v % 2 : 0, &same, &total);
 }
 
-/* Values, offsets and eps outside the float32 pairs' range take the float64 paths, within the
- * same bound: heads of 1e35 and 1e-20, a lane of 1e-30, all-zero heads with eps 1e-300 (rstd
- * 1e150), an offset of 1e30; decode and prefill kernels, fp8 pools once. */
+/* Values, weights, offsets and eps outside the float32 path's range take the float64 paths, within
+ * the same bound: heads of 1e35 and 1e-20, a lane of 1e-30, all-zero heads with eps 1e-300 (rstd
+ * 1e150), an offset of 1e30 (not a float32); weights times 2^60 (the float32 path's large
+ * products), 2^90 (unstaged, the decode kernel's, products overflow: float64) and 1e-30 (below
+ * what the prefill kernel stages: from memory); decode and prefill kernels, fp8 pools once. */
 static void test_extreme_magnitudes_within_bound(void)
 {
-    static const norm_extremes cases[] = {{extreme_heads, 0.0}, {extreme_heads, 1e-300}, {NULL, 1e-300}};
+    static const norm_extremes cases[] = {{extreme_heads, 0.0, 0.0}, {extreme_heads, 1e-300, 0.0},
+                                          {NULL, 1e-300, 0.0},       {NULL, 0.0, 0x1p60},
+                                          {NULL, 0.0, 0x1p90},       {NULL, 0.0, 1e-30}};
     static const double offsets[] = {0.0, 1.0, 1e30};
     int64_t same = 0, total = 0;
     for (int d = 0; d < 3; d++)
-        for (int c = 0; c < 3; c++)
+        for (int c = 0; c < 6; c++)
             for (int o = 0; o < 3; o++) {
+                if (c >= 3 && o == 2)
+                    continue; /* weights near -1e30 times those factors: not float32 values */
                 const int64_t T = (c + o) % 2 ? 5 : 600;
-                /* an offset of 1e30 in f16 weights would be infinite: float32 weights there */
-                const rp_dtype wdt = (c + d) % 2 || o == 2 ? RP_F32 : dtypes[d];
+                /* an offset of 1e30 or those factors in f16 weights would be out of range: float32
+                 * weights there */
+                const rp_dtype wdt = (c + d) % 2 || o == 2 || (c >= 3 && dtypes[d] == RP_F16) ? RP_F32 : dtypes[d];
                 run_case_with(T, 8, 2, 128, dtypes[d], wdt, NORM_BOTH, offsets[o],
                               NULL, c == 0 && o == 1 && d ? 1 : 0, &cases[c], &same, &total);
             }
