@@ -57,11 +57,29 @@ static void extreme_heads(fixture *f)
 }
 
 /* Extremes for run_case: the heads' values (NULL: scale_heads), norm_eps (0: set_norm's), a
- * factor on every weight (0: none). */
+ * factor on every weight (0: none), weights one element past a 16-byte boundary (misaligned). */
 typedef struct norm_extremes {
     void (*values)(fixture *);
     double eps, weight_scale;
+    int misaligned;
 } norm_extremes;
+
+/* Moves a case's weights one element into fresh buffers (base[0], base[1] receive them, to free):
+ * element-aligned views off every 16-byte boundary, as a weight sliced from a larger tensor is. */
+static void misalign_weights(fixture *f, norm_weights *w, rp_dtype wdt, void **base)
+{
+    const size_t e = rp_dtype_size(wdt), bytes = (size_t)f->D * e;
+    void **weights[2] = {&w->q, &w->k};
+    const void **args[2] = {&f->args.q_norm_weight, &f->args.k_norm_weight};
+    for (int i = 0; i < 2; i++) {
+        base[i] = test_alloc(bytes + e);
+        memcpy((char *)base[i] + e, *weights[i], bytes);
+        if (*args[i])
+            *args[i] = (char *)base[i] + e;
+        free(*weights[i]);
+        *weights[i] = (char *)base[i] + e;
+    }
+}
 
 static void scale_weights(const fixture *f, const norm_weights *w, rp_dtype wdt, double factor)
 {
@@ -85,6 +103,7 @@ static void run_case_with(int64_t T, int64_t Hq, int64_t Hk, int64_t D, rp_dtype
     test_rng rv = rng, rw = rng;
     rng_next(&rng);
     norm_weights *ws[2] = {&w, &wc};
+    void *base[2][2] = {{NULL, NULL}, {NULL, NULL}}; /* misaligned weights' buffers */
     for (int i = 0; i < 2; i++) {
         test_rng a = rv, b = rw;
         (x && x->values ? x->values : scale_heads)(both[i]);
@@ -95,6 +114,8 @@ static void run_case_with(int64_t T, int64_t Hq, int64_t Hk, int64_t D, rp_dtype
             both[i]->args.norm_eps = x->eps;
         if (x && x->weight_scale)
             scale_weights(both[i], ws[i], wdt, x->weight_scale);
+        if (x && x->misaligned)
+            misalign_weights(both[i], ws[i], wdt, base[i]);
     }
     uint8_t *pools = NULL;
     const int64_t pool_elems = (T + 16) * Hk * D;
@@ -119,8 +140,9 @@ static void run_case_with(int64_t T, int64_t Hq, int64_t Hk, int64_t D, rp_dtype
     mirror_fixture(&m, &f);
     if (fp8)
         mirror_add(&m, pools, (size_t)(2 * pool_elems));
-    mirror_add(&m, w.q, (size_t)D * rp_dtype_size(wdt));
-    mirror_add(&m, w.k, (size_t)D * rp_dtype_size(wdt));
+    const size_t weight_bytes = (size_t)(D + (base[0][0] ? 1 : 0)) * rp_dtype_size(wdt);
+    mirror_add(&m, base[0][0] ? base[0][0] : w.q, weight_bytes);
+    mirror_add(&m, base[0][1] ? base[0][1] : w.k, weight_bytes);
     rp_rope_pool_args host = f.args;
     host.q_norm_weight = mirror_pointer(&m, f.args.q_norm_weight);
     host.k_norm_weight = mirror_pointer(&m, f.args.k_norm_weight);
@@ -150,8 +172,12 @@ static void run_case_with(int64_t T, int64_t Hq, int64_t Hk, int64_t D, rp_dtype
         *total += T * (Hq + Hk) * D;
     }
     free(pools);
-    for (int i = 0; i < 2; i++)
-        free(ws[i]->q), free(ws[i]->k);
+    for (int i = 0; i < 2; i++) {
+        if (base[i][0])
+            free(base[i][0]), free(base[i][1]);
+        else
+            free(ws[i]->q), free(ws[i]->k);
+    }
     fixture_free(&f);
     fixture_free(&c);
 }
@@ -191,9 +217,9 @@ static void test_normalised_variants_and_fp8_pools(void)
  * what the prefill kernel stages: from memory); decode and prefill kernels, fp8 pools once. */
 static void test_extreme_magnitudes_within_bound(void)
 {
-    static const norm_extremes cases[] = {{extreme_heads, 0.0, 0.0}, {extreme_heads, 1e-300, 0.0},
-                                          {NULL, 1e-300, 0.0},       {NULL, 0.0, 0x1p60},
-                                          {NULL, 0.0, 0x1p90},       {NULL, 0.0, 1e-30}};
+    static const norm_extremes cases[] = {{extreme_heads, 0.0, 0.0, 0}, {extreme_heads, 1e-300, 0.0, 0},
+                                          {NULL, 1e-300, 0.0, 0},       {NULL, 0.0, 0x1p60, 0},
+                                          {NULL, 0.0, 0x1p90, 0},       {NULL, 0.0, 1e-30, 0}};
     static const double offsets[] = {0.0, 1.0, 1e30};
     int64_t same = 0, total = 0;
     for (int d = 0; d < 3; d++)
@@ -208,6 +234,19 @@ static void test_extreme_magnitudes_within_bound(void)
                 run_case_with(T, 8, 2, 128, dtypes[d], wdt, NORM_BOTH, offsets[o],
                               NULL, c == 0 && o == 1 && d ? 1 : 0, &cases[c], &same, &total);
             }
+    printf("  %lld of %lld normalised outputs bit-identical to the CPU's\n", (long long)same, (long long)total);
+}
+
+/* Weights one element off every 16-byte boundary (the kernels' unaligned loads, and the prefill
+ * kernel's staging of them): every dtype, weights in q's dtype and float32, decode and prefill. */
+static void test_weights_off_16_byte_boundaries(void)
+{
+    static const norm_extremes misaligned = {NULL, 0.0, 0.0, 1};
+    int64_t same = 0, total = 0;
+    for (int d = 0; d < 3; d++)
+        for (int i = 0; i < 4; i++)
+            run_case_with(i % 2 ? 600 : 5, 8, 2, 128, dtypes[d], i / 2 ? RP_F32 : dtypes[d], (d + i) % 3,
+                          (double)(i % 2), NULL, 0, &misaligned, &same, &total);
     printf("  %lld of %lld normalised outputs bit-identical to the CPU's\n", (long long)same, (long long)total);
 }
 
@@ -249,6 +288,7 @@ int main(void)
     RUN(test_normalised_calls_match_float64_and_the_cpu);
     RUN(test_normalised_variants_and_fp8_pools);
     RUN(test_extreme_magnitudes_within_bound);
+    RUN(test_weights_off_16_byte_boundaries);
     RUN(test_unvectorizable_normalised_call_is_refused);
     rp_context_destroy(ctx);
     return test_summary("test_cuda_qk_norm");
