@@ -60,11 +60,11 @@ template <int FREQ_CAP> struct rp_kernel_args {
     int parts;                    /* rp_parts                                          */
     int heads;                    /* vectorized: heads touched (see place_head)        */
     long long num_tiles;          /* vectorized: ceil(T / tokens per block)            */
-    /* QK-norm (vectorized kernels only; items.cuh): a head's groups are the block's x lanes. */
+    /* QK-norm (vectorized kernels only; qk_norm.cuh): a head's groups are the block's x lanes. */
     const void *q_norm, *k_norm;  /* [D] weights of q / k heads, or NULL                */
     int q_norm_f32, k_norm_f32;   /* weight dtype: 1 = float32, 0 = the inputs' dtype   */
     int norm_float32;             /* 16-bit inputs and a float32-exact offset: y may be
-                                     formed in float32 (items.cuh, rp_norm_rstd)         */
+                                     formed in float32 (qk_norm.cuh, rp_norm_rstd)         */
     double norm_eps, norm_offset;
     double norm_inv_dim;          /* 1 / D (a power of two on these kernels: exact)     */
     double inv_freq[FREQ_CAP];    /* [rot_half] the pairs' frequencies, float64        */
@@ -112,6 +112,9 @@ __device__ __forceinline__ float rp_inv_scale(const float *ptr, float host_inv_s
 {
     return ptr ? (float)(1.0 / (double)*ptr) : host_inv_scale;
 }
+
+/* Which tensors an item (a frequency group of one head) reads and writes (items.cuh). */
+enum rp_item_kind { RP_ITEM_Q, RP_ITEM_K, RP_ITEM_V };
 
 /* Items per thread of the prefill kernel, the one value compiled: 4 measured no better than 2 on
  * the H200 once the prefill kernel computed its addresses at use (bench/results/cuda-h200-tuning.md). */

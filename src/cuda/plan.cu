@@ -81,7 +81,7 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
                       pool_rows_aligned(p->k_pool, p->k_pool_stride, p, pool_elem, pool_align) &&
                       pool_rows_aligned(p->v_pool, p->v_pool_stride, p, pool_elem, pool_align);
     /* QK-norm reduces each head over its groups, the block's x lanes: a power of two up to a warp
-     * (items.cuh). */
+     * (qk_norm.cuh). */
     const int norm = p->q_norm.data != NULL || p->k_norm.data != NULL;
     if (norm && (groups > 32 || (groups & (groups - 1)) != 0))
         plan.vectorized = 0;
@@ -111,7 +111,7 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
         prefetch /= 2; /* keep at least a warp of threads per token */
     const long long limit = rp_block_threads(prefetch, norm);
     long long hy = div_up(heads, prefetch);
-    if (norm) /* whole warps: QK-norm's shuffles then take the full mask (items.cuh) */
+    if (norm) /* whole warps: QK-norm's shuffles then take the full mask (qk_norm.cuh) */
         hy = div_up(hy * gb, 32) * 32 / gb;
     if (hy * gb > limit)
         hy = limit / gb;
@@ -119,7 +119,7 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
     if (y * hy * gb > limit)
         y = limit / (hy * gb);
     const long long table_bytes_per_token = gb * per_vector * 2 * (long long)sizeof(float);
-    /* QK-norm, prefill kernel: q's and k's weights staged before the table (items.cuh) */
+    /* QK-norm, prefill kernel: q's and k's weights staged before the table (qk_norm.cuh) */
     const long long staged_bytes =
         norm && prefetch > 1 && parts != RP_PARTS_SCATTER ? 2 * p->head_dim * (long long)sizeof(float) : 0;
     if (y * table_bytes_per_token > MAX_TABLE_BYTES - staged_bytes)

@@ -19,7 +19,7 @@ rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
     /* [tokens][V/2][groups of the block] float4: (cos, sin) of pairs 2c and 2c + 1 of a group,
      * laid out so that a warp's consecutive groups read consecutive 16 bytes. */
     extern __shared__ float4 table[];
-    /* QK-norm: the block's staged weights come first (items.cuh, rp_stage_norm_weights) */
+    /* QK-norm: the block's staged weights come first (qk_norm.cuh, rp_stage_norm_weights) */
     float *const sw = (float *)table;
     bool staged = false;
 
