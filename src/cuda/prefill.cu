@@ -128,7 +128,8 @@ rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
             if (NORM) {
                 rp_norm_factor fh;
                 rp_norm_rstd<DT, 1>(a, &valid, &l, &u, &fh);
-                norm = rp_norm_of(a, pl.kind, (int)first, (int)(first + half_bytes / (long long)ELEM), fh, staged ? sw : NULL);
+                norm = rp_norm_of(a, pl.kind, (int)first, (int)(first + half_bytes / (long long)ELEM), fh,
+                                  staged ? sw : NULL);
             }
             if (valid)
                 finish_placed_item<DT, STYLE, FP8>(a, pl, l, u, t, to_pool, block, row, first, half_bytes, gr.rotated, cs,

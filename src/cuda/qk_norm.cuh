@@ -168,6 +168,24 @@ __device__ __forceinline__ uint4 rp_load16(const void *p)
     return ((uintptr_t)p & 15) == 0 ? __ldg((const uint4 *)p) : rp_load16_unaligned((const unsigned short *)p);
 }
 
+/* w[first .. first + ELEMS) as float32 (f32: the weight's dtype is float32, else the inputs'),
+ * in 16-byte loads. */
+template <rp_dtype DT>
+__device__ __forceinline__ void rp_load_weights(const void *w, int f32, int first, float *v)
+{
+    typedef rp_elem<DT> E;
+    if (f32) {
+#pragma unroll
+        for (int c = 0; c < E::ELEMS; c += 4) {
+            const uint4 f = rp_load16((const float *)w + first + c);
+            v[c] = __uint_as_float(f.x); v[c + 1] = __uint_as_float(f.y);
+            v[c + 2] = __uint_as_float(f.z); v[c + 3] = __uint_as_float(f.w);
+        }
+        return;
+    }
+    E::unpack(rp_load16((const typename E::storage *)w + first), v);
+}
+
 /* Dynamic shared memory the QK-norm kernels reserve before their cos/sin table, in float4s: the
  * staged weights of q and k, [2][D] floats. */
 template <typename Args>
@@ -180,12 +198,12 @@ __device__ __forceinline__ int rp_norm_staged_float4s(const Args &a)
  * (w + offset) 2^-39, rounded once, the scaling exact where |w + offset| is 0 or in [2^-87, 2^123).
  * There the second product of y (above) cannot overflow and no staged value is
  * subnormal; returns whether one of this thread's values lies outside (the block ORs them at its
- * barrier, and a block with one forms y in float64 from the weights in memory). Each thread
- * takes 16-byte pieces; called on the block's first tile, before its barrier. */
+ * barrier, and a block with one forms y from the weights in memory). Each thread takes pieces of
+ * ELEMS weights; called on the block's first tile, before its barrier. */
 template <rp_dtype DT, typename Args>
 __device__ __forceinline__ bool rp_stage_norm_weights(const Args &a, float *sw)
 {
-    typedef typename rp_elem<DT>::storage S;
+    constexpr int V = rp_elem<DT>::ELEMS; /* a piece: 16 bytes of the inputs' dtype */
     const int D = 2 * a.half_dim;
     const int thread = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
     const int threads = blockDim.x * blockDim.y * blockDim.z;
@@ -193,23 +211,16 @@ __device__ __forceinline__ bool rp_stage_norm_weights(const Args &a, float *sw)
     bool outside = false;
     for (int which = 0; which < 2; which++) {
         const void *w = which ? a.k_norm : a.q_norm;
-        const int f32 = which ? a.k_norm_f32 : a.q_norm_f32, per = f32 ? 4 : 8; /* elements a piece */
-        for (int i = thread * per; w && i < D; i += threads * per) {
-            float v[8];
-            if (f32) {
-                const uint4 u = rp_load16((const float *)w + i);
-                v[0] = __uint_as_float(u.x), v[1] = __uint_as_float(u.y);
-                v[2] = __uint_as_float(u.z), v[3] = __uint_as_float(u.w);
-            } else {
-                rp_elem<DT>::unpack(rp_load16((const S *)w + i), v);
-            }
+        const int f32 = which ? a.k_norm_f32 : a.q_norm_f32;
+        for (int i = thread * V; w && i < D; i += threads * V) {
+            float v[V];
+            rp_load_weights<DT>(w, f32, i, v);
 #pragma unroll
-            for (int c = 0; c < 8; c++)
-                if (c < per) {
-                    const float wo = v[c] + offset, m = fabsf(wo);
-                    outside |= wo != 0.0f && !(m >= 0x1p-87f && m < 0x1p123f); /* NaN: outside */
-                    sw[which * D + i + c] = wo * RP_NORM_UNSCALE;
-                }
+            for (int c = 0; c < V; c++) {
+                const float wo = v[c] + offset, m = fabsf(wo);
+                outside |= wo != 0.0f && !(m >= 0x1p-87f && m < 0x1p123f); /* NaN: outside */
+                sw[which * D + i + c] = wo * RP_NORM_UNSCALE;
+            }
         }
     }
     return outside;
@@ -223,23 +234,6 @@ __device__ __forceinline__ bool rp_norm_barrier(bool stage, bool outside, bool s
         return !__syncthreads_or(outside);
     __syncthreads();
     return staged;
-}
-
-/* w[first .. first + ELEMS) as float32: 16-byte loads (of the weight's dtype, float32 or the inputs'). */
-template <rp_dtype DT>
-__device__ __forceinline__ void rp_norm_weights(const rp_norm_item &n, int first, float *w)
-{
-    typedef rp_elem<DT> E;
-    if (n.w_f32) {
-#pragma unroll
-        for (int c = 0; c < E::ELEMS; c += 4) {
-            const uint4 f = rp_load16((const float *)n.w + first + c);
-            w[c] = __uint_as_float(f.x); w[c + 1] = __uint_as_float(f.y);
-            w[c + 2] = __uint_as_float(f.z); w[c + 3] = __uint_as_float(f.w);
-        }
-        return;
-    }
-    E::unpack(rp_load16((const typename E::storage *)n.w + first), w);
 }
 
 /* x[c] (head dim first + c) normalised in place (see above for the two paths). */
@@ -260,7 +254,7 @@ __device__ __forceinline__ void rp_normalise(const rp_norm_item &n, float *x, in
         return;
     }
     float w[V];
-    rp_norm_weights<DT>(n, first, w);
+    rp_load_weights<DT>(n.w, n.w_f32, first, w);
     if (DT != RP_F32 && n.fast) { /* the same products, w + offset unstaged, scaled last */
         float y[V], largest = 0.0f;
 #pragma unroll
