@@ -4,12 +4,13 @@
  * interleaved rounds and the median time per call is printed, with the ratio to the plan.
  *
  *   ropepool-tune-cuda [--dtype bf16] [--shape 32/8/128] [--pool 1048576] [--max-pos 131072]
- *                      [--sets N] [--contiguous-slots] [--rounds 25] -T 1,64
+ *                      [--sets N] [--contiguous-slots] [--qk-norm] [--rounds 25] -T 1,64
  *                      --variants 'plan;api;floor-empty-pdl;gb=2;gb=8,pf=2'
  *
  * A variant is a name (plan, api, floor-empty, floor-empty-pdl, floor-chain, floor-copy) or
  * overrides of the plan: gb (groups per block), hy (heads per pass), pf (items per thread: 1, 2,
- * 4), y (tokens per block), grid (most blocks), pdl (0/1). Results are not
+ * 4), y (tokens per block), grid (most blocks), pdl (0/1). --qk-norm gives q and k weights
+ * (QK-norm's kernels); its variants must keep a head's lanes in whole warps. Results are not
  * verified here: what wins is made the plan and verified by the tests and ropepool-bench.
  */
 #include "tune.h"
@@ -17,6 +18,7 @@
 #include "../bench.h"
 #include "context.h"
 #include "cuda/cuda_backend.h"
+#include "dtype.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,12 +92,16 @@ static int apply(variant *v, const rp_problem *p, const rp_cuda_plan *base)
     if (groups % pl->groups_per_block)
         return -1;
     pl->chunks = (int)(groups / pl->groups_per_block);
-    const long long limit = pl->items_per_thread >= 4 ? 512 : 768; /* rp_block_threads() */
+    const int norm = p->q_norm.data != NULL || p->k_norm.data != NULL;
+    const long long limit = pl->items_per_thread >= 4 || (norm && pl->items_per_thread == 1) ? 512 : 768; /* rp_block_threads() */
     if ((long long)pl->groups_per_block * pl->heads_per_pass * pl->tokens_per_block > limit)
         return -1;
+    if (norm && (long long)pl->groups_per_block * pl->heads_per_pass % 32 != 0)
+        return -1; /* QK-norm's shuffles take whole warps (plan.cu) */
     const long long tiles = (p->num_tokens + pl->tokens_per_block - 1) / pl->tokens_per_block;
     pl->grid = (unsigned)(grid_cap > 0 && grid_cap < tiles ? grid_cap : tiles);
-    pl->shared_bytes = (size_t)pl->tokens_per_block * pl->groups_per_block * per_vector * 2 * sizeof(float);
+    const size_t staged = norm && pl->items_per_thread > 1 ? 2 * (size_t)p->head_dim * sizeof(float) : 0;
+    pl->shared_bytes = staged + (size_t)pl->tokens_per_block * pl->groups_per_block * per_vector * 2 * sizeof(float);
     return 0;
 }
 
@@ -114,7 +120,7 @@ int main(int argc, char **argv)
 {
     rp_dtype dtype = RP_BF16;
     long long hq = 32, hk = 8, d = 128, pool = 1 << 20, max_pos = 131072, sets_opt = 1;
-    int rounds = 25, contiguous = 0, nT = 0;
+    int rounds = 25, contiguous = 0, qk_norm = 0, nT = 0;
     int64_t Ts[MAX_T];
     const char *variants = "plan;api;floor-empty;floor-empty-pdl;floor-chain;floor-copy";
     for (int i = 1; i < argc; i++) {
@@ -126,6 +132,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--sets")) { sets_opt = atoll(next); i++; }
         else if (!strcmp(a, "--rounds")) { rounds = atoi(next); i++; }
         else if (!strcmp(a, "--contiguous-slots")) contiguous = 1;
+        else if (!strcmp(a, "--qk-norm")) qk_norm = 1;
         else if (!strcmp(a, "-T")) { nT = parse_list(next, Ts, MAX_T); i++; }
         else if (!strcmp(a, "--variants")) { variants = next; i++; }
         else { fprintf(stderr, "ropepool-tune-cuda: unknown argument %s\n", a); return 2; }
@@ -137,7 +144,7 @@ int main(int argc, char **argv)
         arena = Ts[t] * sets_opt > arena ? Ts[t] * sets_opt : arena;
     if (arena > pool) { fprintf(stderr, "T x sets exceeds the pool\n"); return 2; }
 
-    const bench_layout L = {hq, hk, d, pool, 500000.0, dtype, RP_I64, 0, 0, NULL, 0.0, RP_KV_FLAT, 1, RP_DTYPE_UNSET, {0, 0, 0}, 0, 1,
+    bench_layout L = {hq, hk, d, pool, 500000.0, dtype, RP_I64, 0, 0, NULL, 0.0, RP_KV_FLAT, 1, RP_DTYPE_UNSET, {0, 0, 0}, 0, 1,
                             NULL, NULL, 0, 0, 0};
     bench_buffers b;
     memset(&b, 0, sizeof b);
@@ -150,6 +157,19 @@ int main(int argc, char **argv)
     for (int i = 0; i < 7; i++)
         if (tune_fill(*bufs[i], sizes[i] / es, dtype, NULL, NULL, 0, 0, 0, 0, 77 + i)) { fprintf(stderr, "fill\n"); return 1; }
     if (tune_fill(NULL, 0, dtype, b.positions, b.slots, arena, max_pos, pool, contiguous, 0)) return 1;
+    if (qk_norm) { /* q's and k's weights in [0.5, 1.5), as ropepool-bench's */
+        uint16_t w16[2 * 1024];
+        float w32[2 * 1024];
+        for (long long i = 0; i < 2 * d && i < 2 * 1024; i++) {
+            w32[i] = 0.5f + (float)((i * 37) % 64) / 64.0f;
+            w16[i] = dtype == RP_F16 ? rp_double_to_f16_bits(w32[i]) : rp_double_to_bf16_bits(w32[i]);
+        }
+        void *w;
+        if (d > 1024 || cudaMalloc(&w, 2 * (size_t)d * es) != cudaSuccess ||
+            cudaMemcpy(w, dtype == RP_F32 ? (void *)w32 : (void *)w16, 2 * (size_t)d * es, cudaMemcpyHostToDevice) != cudaSuccess)
+            return 1;
+        L.norm_weights = L.norm_weights_dev = w;
+    }
     void *copy_src, *copy_dst;
     if (cudaMalloc(&copy_src, 256u << 20) != cudaSuccess || cudaMalloc(&copy_dst, 256u << 20) != cudaSuccess) return 1;
 
@@ -163,8 +183,8 @@ int main(int argc, char **argv)
     double freq[2048];
     rp_compute_inv_freq(L.rope_base, d, freq);
 
-    printf("dtype %s shape %lld/%lld/%lld pool %lld sets %lld slots %s, median of %d rounds\n",
-           rp_dtype_name(dtype), hq, hk, d, pool, sets_opt, contiguous ? "contiguous" : "random", rounds);
+    printf("dtype %s shape %lld/%lld/%lld%s pool %lld sets %lld slots %s, median of %d rounds\n", rp_dtype_name(dtype), hq,
+           hk, d, qk_norm ? " qk-norm" : "", pool, sets_opt, contiguous ? "contiguous" : "random", rounds);
     printf("%7s  %-28s %9s %7s  %s\n", "T", "variant", "us/call", "vs plan", "plan (gb x hy x y, chunks, grid, pf, pdl)");
     for (int t = 0; t < nT; t++) {
         const int64_t T = Ts[t];

@@ -16,8 +16,9 @@
  *   - Decode (one item per thread) is bound by that chain of latencies: its blocks take a few
  *     groups of one token, so that a token spreads over several multiprocessors, and every thread
  *     turns the parameters into addresses before the wait, overlapping the previous kernel.
- *   - Prefill (RP_PREFILL_PREFETCH items per thread) is bound by bytes in flight: a block takes a whole token,
- *     each thread prefetches several heads and computes addresses where it uses them.
+ *   - Prefill (RP_PREFILL_PREFETCH items per thread) is bound by bytes in flight: a block takes whole tokens,
+ *     each thread prefetches RP_PREFILL_PREFETCH heads, serves the rest of its heads after the barrier
+ *     (about three warps a token: plan.cu) and computes addresses where it uses them.
  * The plan (plan.cu) picks by items per thread.
  *
  * Strided kernel (every other layout: head_dim not contiguous, rows not 16-byte aligned, D/2 or

@@ -13,7 +13,17 @@ enum {
      * multiprocessor; its threads then prefetch this many heads. Smaller calls give each block
      * this many frequency groups of a token. */
     LARGE_CALL_TOKENS_PER_SM = 4,
+    /* QK-norm: the decode kernel's blocks (a whole token, 116-128 registers) fit one or two per
+     * multiprocessor, the prefill kernel's (80 registers) four: from one token per multiprocessor
+     * the prefill kernel served Qwen3-8B 1.1-1.9x faster (T = 192-512, bench/results/plan-h200.md). */
+    LARGE_NORM_CALL_TOKENS_PER_SM = 1,
     LARGE_CALL_PREFETCH = RP_PREFILL_PREFETCH,
+    /* Prefill: a token's heads are spread over at most this many threads (each then serves
+     * heads/threads of them, the first RP_PREFILL_PREFETCH prefetched), unless the call is too
+     * small to fill the machine so. Three warps a token (eight tokens a multiprocessor) beat one
+     * thread per two heads by 1-17% at T >= 1024 on each of the eight shapes measured that had
+     * more than 96 threads a token (bench/results/plan-h200.md). */
+    PREFILL_THREADS_PER_TOKEN = 96,
     MIN_LARGE_CALL_BLOCK_THREADS = 64, /* below, several tokens share a block; one measured best */
     DECODE_GROUPS_PER_BLOCK = 4,
     MAX_TABLE_BYTES = 48 * 1024,
@@ -101,7 +111,7 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
      * keeps in flight: a block serves whole tokens and each thread prefetches several heads (the
      * prefill kernel; with few heads a token, prefetch drops to 1 and the decode kernel runs). */
     const long long sms = st->num_sms > 0 ? st->num_sms : 1;
-    const int large = T >= LARGE_CALL_TOKENS_PER_SM * sms;
+    const int large = T >= (norm ? LARGE_NORM_CALL_TOKENS_PER_SM : LARGE_CALL_TOKENS_PER_SM) * sms;
     long long gb = groups;
     for (long long split = DECODE_GROUPS_PER_BLOCK; !large && !norm && split >= 2 && gb == groups; split /= 2)
         if (groups % split == 0)
@@ -111,6 +121,18 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
         prefetch /= 2; /* keep at least a warp of threads per token */
     const long long limit = rp_block_threads(prefetch, norm);
     long long hy = div_up(heads, prefetch);
+    if (prefetch > 1) {
+        /* threads a token may take: PREFILL_THREADS_PER_TOKEN, or as many as one wave of the
+         * call's tokens leaves it (at the launch bound's threads a multiprocessor), in whole
+         * warps: 112 threads a token ran 9-17% slower than 96 or 128 (plan-h200.md) */
+        const long long wave = sms * limit / T, floor_threads = PREFILL_THREADS_PER_TOKEN;
+        const long long step = 32 % gb == 0 ? 32 / gb : 1;
+        const long long most = (wave > floor_threads ? wave : floor_threads) / gb / step * step;
+        if (most >= 1 && hy > most) {
+            hy = div_up(heads, div_up(heads, most)); /* the fewest heads a thread, spread evenly */
+            hy = div_up(hy, step) * step;
+        }
+    }
     if (norm) /* whole warps: QK-norm's shuffles then take the full mask (qk_norm.cuh) */
         hy = div_up(hy * gb, 32) * 32 / gb;
     if (hy * gb > limit)
