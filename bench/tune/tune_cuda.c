@@ -3,14 +3,16 @@
  * floor kernels) are each captured as a CUDA graph of many calls; the graphs are replayed in
  * interleaved rounds and the median time per call is printed, with the ratio to the plan.
  *
- *   ropepool-tune-cuda [--dtype bf16] [--shape 32/8/128] [--pool 1048576] [--max-pos 131072]
+ *   ropepool-tune-cuda [--dtype bf16] [--shape 32/8/128 | --preset NAME] [--pool 1048576] [--max-pos 131072]
  *                      [--sets N] [--contiguous-slots] [--qk-norm] [--rounds 25] -T 1,64
  *                      --variants 'plan;api;floor-empty-pdl;gb=2;gb=8,pf=2'
  *
  * A variant is a name (plan, api, floor-empty, floor-empty-pdl, floor-chain, floor-copy) or
  * overrides of the plan: gb (groups per block), hy (heads per pass), pf (items per thread: 1, 2,
- * 4), y (tokens per block), grid (most blocks), pdl (0/1). --qk-norm gives q and k weights
- * (QK-norm's kernels); its variants must keep a head's lanes in whole warps. Results are not
+ * 4), y (tokens per block), grid (most blocks), pdl (0/1). --qk-norm gives --shape q and k weights
+ * (QK-norm's kernels); its variants must keep a head's lanes in whole warps. --preset lays the
+ * call out as ropepool-bench does for that preset (its RoPE variant, mRoPE positions, QK-norm,
+ * MLA's q and latent cache row). Results are not
  * verified here: what wins is made the plan and verified by the tests and ropepool-bench.
  */
 #include "tune.h"
@@ -122,11 +124,16 @@ int main(int argc, char **argv)
     long long hq = 32, hk = 8, d = 128, pool = 1 << 20, max_pos = 131072, sets_opt = 1;
     int rounds = 25, contiguous = 0, qk_norm = 0, nT = 0;
     int64_t Ts[MAX_T];
+    const bench_shape *preset = NULL;
     const char *variants = "plan;api;floor-empty;floor-empty-pdl;floor-chain;floor-copy";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : "";
         if (!strcmp(a, "--dtype")) { dtype = !strcmp(next, "f32") ? RP_F32 : !strcmp(next, "f16") ? RP_F16 : RP_BF16; i++; }
         else if (!strcmp(a, "--shape")) { sscanf(next, "%lld/%lld/%lld", &hq, &hk, &d); i++; }
+        else if (!strcmp(a, "--preset")) {
+            if ((preset = bench_find_preset(next)) == NULL) { fprintf(stderr, "ropepool-tune-cuda: unknown preset %s\n", next); return 2; }
+            i++;
+        }
         else if (!strcmp(a, "--pool")) { pool = atoll(next); i++; }
         else if (!strcmp(a, "--max-pos")) { max_pos = atoll(next); i++; }
         else if (!strcmp(a, "--sets")) { sets_opt = atoll(next); i++; }
@@ -145,28 +152,48 @@ int main(int argc, char **argv)
     if (arena > pool) { fprintf(stderr, "T x sets exceeds the pool\n"); return 2; }
 
     bench_layout L = {hq, hk, d, pool, 500000.0, dtype, RP_I64, 0, 0, NULL, 0.0, RP_KV_FLAT, 1, RP_DTYPE_UNSET, {0, 0, 0}, 0, 1,
-                            NULL, NULL, 0, 0, 0};
+                      NULL, NULL, 0, 0, 0};
+    static bench_options po; /* --preset: its variant, as ropepool-bench gives it */
+    if (preset) {
+        po.shape = *preset;
+        const int table = bench_rope_table(&po.shape, po.inv_freq, &po.attention_scaling);
+        if (table < 0)
+            return 1;
+        po.has_table = table;
+        L.hq = hq = preset->hq;
+        L.hk = hk = preset->hk;
+        L.d = d = preset->d;
+        L.rope_base = preset->rope_base;
+        bench_layout_set_variant(&L, &po); /* QK-norm weights on the host: copied below */
+        qk_norm = L.norm_weights != NULL;
+    }
     bench_buffers b;
     memset(&b, 0, sizeof b);
     const size_t es = rp_dtype_size(dtype);
+    /* ropepool-bench's sizes (bench_cuda.cu); positions hold every row of mRoPE's [T, 3], slots
+     * as many entries (only the first arena are used) */
+    const int64_t per_token = L.positions_per_token > 1 ? L.positions_per_token : 1;
     void **bufs[] = {&b.q, &b.k, &b.v, &b.q_rot, &b.k_rot, &b.k_pool, &b.v_pool, &b.positions, &b.slots};
-    const size_t sizes[] = {arena * hq * d * es, arena * hk * d * es, arena * hk * d * es, arena * hq * d * es,
-                            arena * hk * d * es, pool * hk * d * es, pool * hk * d * es, arena * 8, arena * 8};
+    const size_t sizes[] = {bench_q_bytes(&L, arena), bench_rows_bytes(&L, arena, hk), bench_v_bytes(&L, arena),
+                            bench_rows_bytes(&L, arena, hq), bench_rows_bytes(&L, arena, hk),
+                            bench_pool_alloc_bytes(&L, 0), bench_pool_alloc_bytes(&L, 1),
+                            (size_t)(arena * per_token) * 8, (size_t)(arena * per_token) * 8};
     for (int i = 0; i < 9; i++)
-        if (cudaMalloc(bufs[i], sizes[i]) != cudaSuccess) { fprintf(stderr, "cudaMalloc %zu\n", sizes[i]); return 1; }
-    for (int i = 0; i < 7; i++)
+        if (sizes[i] && cudaMalloc(bufs[i], sizes[i]) != cudaSuccess) { fprintf(stderr, "cudaMalloc %zu\n", sizes[i]); return 1; }
+    for (int i = 0; i < 3; i++) /* q, k, v; the outputs and pools are written by the calls */
         if (tune_fill(*bufs[i], sizes[i] / es, dtype, NULL, NULL, 0, 0, 0, 0, 77 + i)) { fprintf(stderr, "fill\n"); return 1; }
-    if (tune_fill(NULL, 0, dtype, b.positions, b.slots, arena, max_pos, pool, contiguous, 0)) return 1;
-    if (qk_norm) { /* q's and k's weights in [0.5, 1.5), as ropepool-bench's */
+    if (tune_fill(NULL, 0, dtype, b.positions, b.slots, arena * per_token, max_pos, pool, contiguous, 0)) return 1;
+    if (qk_norm) { /* q's and k's weights: the preset's, or in [0.5, 1.5) as ropepool-bench's */
         uint16_t w16[2 * 1024];
         float w32[2 * 1024];
         for (long long i = 0; i < 2 * d && i < 2 * 1024; i++) {
             w32[i] = 0.5f + (float)((i * 37) % 64) / 64.0f;
             w16[i] = dtype == RP_F16 ? rp_double_to_f16_bits(w32[i]) : rp_double_to_bf16_bits(w32[i]);
         }
+        const void *host = L.norm_weights ? L.norm_weights : dtype == RP_F32 ? (const void *)w32 : (const void *)w16;
         void *w;
         if (d > 1024 || cudaMalloc(&w, 2 * (size_t)d * es) != cudaSuccess ||
-            cudaMemcpy(w, dtype == RP_F32 ? (void *)w32 : (void *)w16, 2 * (size_t)d * es, cudaMemcpyHostToDevice) != cudaSuccess)
+            cudaMemcpy(w, host, 2 * (size_t)d * es, cudaMemcpyHostToDevice) != cudaSuccess)
             return 1;
         L.norm_weights = L.norm_weights_dev = w;
     }
@@ -180,11 +207,11 @@ int main(int argc, char **argv)
     if (rp_context_create(&o, &ctx, msg, sizeof msg) != RP_OK) { fprintf(stderr, "%s\n", msg); return 1; }
     cudaStream_t stream;
     cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-    double freq[2048];
-    rp_compute_inv_freq(L.rope_base, d, freq);
+    double freq[2048]; /* rope_base's table for calls without their own (the public call's cache) */
 
-    printf("dtype %s shape %lld/%lld/%lld%s pool %lld sets %lld slots %s, median of %d rounds\n", rp_dtype_name(dtype), hq,
-           hk, d, qk_norm ? " qk-norm" : "", pool, sets_opt, contiguous ? "contiguous" : "random", rounds);
+    printf("dtype %s shape %lld/%lld/%lld%s%s%s pool %lld sets %lld slots %s, median of %d rounds\n", rp_dtype_name(dtype),
+           hq, hk, d, qk_norm ? " qk-norm" : "", preset ? " preset " : "", preset ? preset->name : "", pool, sets_opt,
+           contiguous ? "contiguous" : "random", rounds);
     printf("%7s  %-28s %9s %7s  %s\n", "T", "variant", "us/call", "vs plan", "plan (gb x hy x y, chunks, grid, pf, pdl)");
     for (int t = 0; t < nT; t++) {
         const int64_t T = Ts[t];
@@ -194,7 +221,10 @@ int main(int argc, char **argv)
         for (int64_t s = 0; s < sets_opt; s++) {
             rp_err err = {msg, sizeof msg};
             if (rp_validate(&args[s], &probs[s], &err) != RP_OK) { fprintf(stderr, "%s\n", msg); return 1; }
-            probs[s].inv_freq = freq;
+            if (probs[s].inv_freq == NULL) {
+                rp_compute_inv_freq(probs[s].rope_base, probs[s].rotary_dim, freq);
+                probs[s].inv_freq = freq;
+            }
         }
         const rp_cuda_plan base = rp_cuda_make_plan(ctx->cuda_state, &probs[0], RP_PARTS_ALL);
         variant *vs = calloc(MAX_VARIANTS, sizeof *vs);
