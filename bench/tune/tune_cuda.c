@@ -20,7 +20,6 @@
 #include "../bench.h"
 #include "context.h"
 #include "cuda/cuda_backend.h"
-#include "dtype.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,20 +152,25 @@ int main(int argc, char **argv)
 
     bench_layout L = {hq, hk, d, pool, 500000.0, dtype, RP_I64, 0, 0, NULL, 0.0, RP_KV_FLAT, 1, RP_DTYPE_UNSET, {0, 0, 0}, 0, 1,
                       NULL, NULL, 0, 0, 0};
-    static bench_options po; /* --preset: its variant, as ropepool-bench gives it */
+    /* The call's variant as ropepool-bench gives it: the preset's, or --shape's (NeoX over the
+     * whole head, rope_base's table, QK-norm weights with --qk-norm) */
+    static bench_options po;
     if (preset) {
         po.shape = *preset;
-        const int table = bench_rope_table(&po.shape, po.inv_freq, &po.attention_scaling);
-        if (table < 0)
-            return 1;
-        po.has_table = table;
-        L.hq = hq = preset->hq;
-        L.hk = hk = preset->hk;
-        L.d = d = preset->d;
-        L.rope_base = preset->rope_base;
-        bench_layout_set_variant(&L, &po); /* QK-norm weights on the host: copied below */
-        qk_norm = L.norm_weights != NULL;
+    } else {
+        po.shape.hq = hq, po.shape.hk = hk, po.shape.d = d, po.shape.rope_base = L.rope_base;
+        po.shape.qk_norm = qk_norm;
     }
+    const int table = bench_rope_table(&po.shape, po.inv_freq, &po.attention_scaling);
+    if (table < 0)
+        return 1;
+    po.has_table = table;
+    L.hq = hq = po.shape.hq;
+    L.hk = hk = po.shape.hk;
+    L.d = d = po.shape.d;
+    L.rope_base = po.shape.rope_base;
+    bench_layout_set_variant(&L, &po); /* QK-norm weights on the host: copied below */
+    qk_norm = L.norm_weights != NULL;
     bench_buffers b;
     memset(&b, 0, sizeof b);
     const size_t es = rp_dtype_size(dtype);
@@ -183,19 +187,12 @@ int main(int argc, char **argv)
     for (int i = 0; i < 3; i++) /* q, k, v; the outputs and pools are written by the calls */
         if (tune_fill(*bufs[i], sizes[i] / es, dtype, NULL, NULL, 0, 0, 0, 0, 77 + i)) { fprintf(stderr, "fill\n"); return 1; }
     if (tune_fill(NULL, 0, dtype, b.positions, b.slots, arena * per_token, max_pos, pool, contiguous, 0)) return 1;
-    if (qk_norm) { /* q's and k's weights: the preset's, or in [0.5, 1.5) as ropepool-bench's */
-        uint16_t w16[2 * 1024];
-        float w32[2 * 1024];
-        for (long long i = 0; i < 2 * d && i < 2 * 1024; i++) {
-            w32[i] = 0.5f + (float)((i * 37) % 64) / 64.0f;
-            w16[i] = dtype == RP_F16 ? rp_double_to_f16_bits(w32[i]) : rp_double_to_bf16_bits(w32[i]);
-        }
-        const void *host = L.norm_weights ? L.norm_weights : dtype == RP_F32 ? (const void *)w32 : (const void *)w16;
+    if (qk_norm) { /* the calls read q's and k's weights in device memory, as ropepool-bench's */
         void *w;
-        if (d > 1024 || cudaMalloc(&w, 2 * (size_t)d * es) != cudaSuccess ||
-            cudaMemcpy(w, host, 2 * (size_t)d * es, cudaMemcpyHostToDevice) != cudaSuccess)
+        if (cudaMalloc(&w, 2 * (size_t)d * es) != cudaSuccess ||
+            cudaMemcpy(w, L.norm_weights, 2 * (size_t)d * es, cudaMemcpyHostToDevice) != cudaSuccess)
             return 1;
-        L.norm_weights = L.norm_weights_dev = w;
+        L.norm_weights_dev = w;
     }
     void *copy_src, *copy_dst;
     if (cudaMalloc(&copy_src, 256u << 20) != cudaSuccess || cudaMalloc(&copy_dst, 256u << 20) != cudaSuccess) return 1;
