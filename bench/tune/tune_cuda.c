@@ -4,7 +4,7 @@
  * interleaved rounds and the median time per call is printed, with the ratio to the plan.
  *
  *   ropepool-tune-cuda [--dtype bf16] [--shape 32/8/128 | --preset NAME] [--pool 1048576] [--max-pos 131072]
- *                      [--sets N] [--contiguous-slots] [--qk-norm] [--rounds 25] -T 1,64
+ *                      [--sets N] [--contiguous-slots] [--qk-norm] [--rounds 25] [--host] -T 1,64
  *                      --variants 'plan;api;floor-empty-pdl;gb=2;gb=8,pf=2'
  *
  * A variant is a name (plan, api, floor-empty, floor-empty-pdl, floor-chain, floor-copy) or
@@ -14,6 +14,13 @@
  * call out as ropepool-bench does for that preset (its RoPE variant, mRoPE positions, QK-norm,
  * MLA's q and latent cache row). Results are not
  * verified here: what wins is made the plan and verified by the tests and ropepool-bench.
+ *
+ * --host instead times the host side of an eager call (no graph), stage by stage: the public
+ * call, then validation, the plan, the launch of the planned kernel, an empty launch with and
+ * without programmatic dependent launch, and cudaGetDevice, each in chunks of 200 calls timed
+ * over their calls alone (the stream synchronised between chunks, outside the timing); then the
+ * public call back to back, synchronised once (an eager loop's pace); ns per call, the median of
+ * --rounds samples.
  */
 #include "tune.h"
 
@@ -24,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 enum { MAX_VARIANTS = 24, MAX_T = 16 };
 
@@ -106,6 +114,74 @@ static int apply(variant *v, const rp_problem *p, const rp_cuda_plan *base)
     return 0;
 }
 
+
+/* --host: the host side of an eager call at T, stage by stage (ns per call). Each sample is chunks
+ * of HOST_CHUNK calls, fewer than the launch queue holds, each timed over its calls and then
+ * synchronised outside the timing: the host's own cost, not the GPU's pace. The last stage is the
+ * public call back to back, synchronised once at the end: the pace of an eager loop. */
+enum { HOST_API, HOST_VALIDATE, HOST_PLAN, HOST_LAUNCH, HOST_EMPTY, HOST_EMPTY_PDL, HOST_GET_DEVICE, HOST_BACK_TO_BACK,
+       HOST_STAGES, HOST_CHUNK = 200, HOST_CHUNKS = 10 };
+static const char *const host_stage_names[HOST_STAGES] = {
+    "public call", "rp_validate", "rp_cuda_make_plan", "launch (planned kernel)", "empty launch",
+    "empty launch, pdl", "cudaGetDevice", "public call, back to back"};
+
+static double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e9 * (double)ts.tv_sec + (double)ts.tv_nsec;
+}
+
+static int host_stage(int stage, const sequence *s, cudaStream_t stream, rp_cuda_plan *plan)
+{
+    char msg[256];
+    rp_err err = {msg, sizeof msg};
+    rp_problem p;
+    int device;
+    switch (stage) {
+    case HOST_API:
+    case HOST_BACK_TO_BACK: return rp_rope_pool_fused(s->ctx, &s->args[0], msg, sizeof msg) == RP_OK ? 0 : -1;
+    case HOST_VALIDATE: return rp_validate(&s->args[0], &p, &err) == RP_OK ? 0 : -1;
+    case HOST_PLAN: *plan = rp_cuda_make_plan(s->st, &s->probs[0], RP_PARTS_ALL); return 0;
+    case HOST_LAUNCH: return rp_cuda_launch(s->st, &s->probs[0], RP_PARTS_ALL, plan, stream, &err) == RP_OK ? 0 : -1;
+    case HOST_EMPTY: return tune_launch_floor(TUNE_FLOOR_EMPTY, stream, NULL, NULL, 0);
+    case HOST_EMPTY_PDL: return tune_launch_floor(TUNE_FLOOR_EMPTY_PDL, stream, NULL, NULL, 0);
+    default: return cudaGetDevice(&device) == cudaSuccess ? 0 : -1;
+    }
+}
+
+static int host_breakdown(const sequence *s, cudaStream_t stream, int64_t T, int rounds)
+{
+    rp_cuda_plan plan = rp_cuda_make_plan(s->st, &s->probs[0], RP_PARTS_ALL);
+    double samples[HOST_STAGES][256];
+    for (int r = -1; r < rounds; r++) /* round -1 warms up */
+        for (int stage = 0; stage < HOST_STAGES; stage++) {
+            const int chunk = stage == HOST_BACK_TO_BACK ? HOST_CHUNK * HOST_CHUNKS : HOST_CHUNK;
+            double ns = 0;
+            for (int c = 0; c < HOST_CHUNK * HOST_CHUNKS / chunk; c++) {
+                const double start = now_ns();
+                for (int i = 0; i < chunk; i++)
+                    if (host_stage(stage, s, stream, &plan)) {
+                        fprintf(stderr, "--host: %s failed\n", host_stage_names[stage]);
+                        return -1;
+                    }
+                if (stage == HOST_BACK_TO_BACK && cudaStreamSynchronize(stream) != cudaSuccess)
+                    return -1;
+                ns += now_ns() - start;
+                if (cudaStreamSynchronize(stream) != cudaSuccess)
+                    return -1;
+            }
+            if (r >= 0)
+                samples[stage][r] = ns / (HOST_CHUNK * HOST_CHUNKS);
+        }
+    for (int stage = 0; stage < HOST_STAGES; stage++) {
+        bench_timing timing;
+        bench_summarize(samples[stage], rounds, HOST_CHUNK * HOST_CHUNKS, &timing);
+        printf("%7lld  host  %-26s %9.0f ns/call\n", (long long)T, host_stage_names[stage], timing.median_s); /* samples in ns */
+    }
+    return 0;
+}
+
 static int parse_list(const char *s, int64_t *out, int most)
 {
     int n = 0;
@@ -121,7 +197,7 @@ int main(int argc, char **argv)
 {
     rp_dtype dtype = RP_BF16;
     long long hq = 32, hk = 8, d = 128, pool = 1 << 20, max_pos = 131072, sets_opt = 1;
-    int rounds = 25, contiguous = 0, qk_norm = 0, nT = 0;
+    int rounds = 25, contiguous = 0, qk_norm = 0, nT = 0, host = 0;
     int64_t Ts[MAX_T];
     const bench_shape *preset = NULL;
     const char *variants = "plan;api;floor-empty;floor-empty-pdl;floor-chain;floor-copy";
@@ -139,6 +215,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--rounds")) { rounds = atoi(next); i++; }
         else if (!strcmp(a, "--contiguous-slots")) contiguous = 1;
         else if (!strcmp(a, "--qk-norm")) qk_norm = 1;
+        else if (!strcmp(a, "--host")) host = 1;
         else if (!strcmp(a, "-T")) { nT = parse_list(next, Ts, MAX_T); i++; }
         else if (!strcmp(a, "--variants")) { variants = next; i++; }
         else { fprintf(stderr, "ropepool-tune-cuda: unknown argument %s\n", a); return 2; }
@@ -222,6 +299,14 @@ int main(int argc, char **argv)
                 rp_compute_inv_freq(probs[s].rope_base, probs[s].rotary_dim, freq);
                 probs[s].inv_freq = freq;
             }
+        }
+        if (host) {
+            sequence hs = {ctx->cuda_state, ctx, probs, args, sets_opt, NULL, NULL, NULL, 0};
+            if (host_breakdown(&hs, stream, T, rounds))
+                return 1;
+            free(probs);
+            free(args);
+            continue;
         }
         const rp_cuda_plan base = rp_cuda_make_plan(ctx->cuda_state, &probs[0], RP_PARTS_ALL);
         variant *vs = calloc(MAX_VARIANTS, sizeof *vs);

@@ -10,9 +10,11 @@ For each token count T it times, in one process, on the same memory (torch tenso
 
 in interleaved rounds, and prints the median over rounds of the mean time per call, each
 Python figure's ratio to C, and the minor page faults per call. ``--backend cuda`` does the same
-on torch CUDA tensors, where the figures are host wall time per call of an eager loop (the
-stream synchronised at the end of each batch), beside the GPU time per call (CUDA events around
-a CUDA graph of the same calls). ``--profile`` prints where the binding's time goes per call at
+on torch CUDA tensors, where the figures are the host's time per call of an eager loop (chunks of
+200 calls, each timed over its launches, the stream synchronised between chunks outside the
+timing), the wall time per call of the same loop back to back (synchronised once per batch: the
+GPU's pace in eager mode when it is slower than the host), and the GPU time per call (CUDA events
+around a CUDA graph of the same calls). ``--profile`` prints where the binding's time goes per call at
 the smallest T (argument parsing, array description, autograd checks, context and stream,
 outputs, the library call, version bumps and result), from ``_ropepool._profile``;
 ``--fresh-outputs`` compares where fresh outputs' pages come from at T >= 1024
@@ -103,15 +105,44 @@ def methods_for(T, P, backend, torch):
         t_arrays = [torch.from_numpy(a).cuda() for a in arrays]
         t_outs = (torch.empty_like(t_arrays[0]), torch.empty_like(t_arrays[1]))
 
-        def c_launches(n):
-            _ropepool._time_calls(n, *t_arrays, **SHAPE, q_out=t_outs[0], k_out=t_outs[1])
-            sync()
+        def c_chunk(n):
+            return _ropepool._time_calls(n, *t_arrays, **SHAPE, q_out=t_outs[0], k_out=t_outs[1]) * n
 
-        methods["C"] = c_launches
-        methods["torch fresh"] = lambda n: python_batch(t_arrays, n, None, sync)
-        methods["torch q_out"] = lambda n: python_batch(t_arrays, n, t_outs, sync)
+        methods["C"] = host_timer(c_chunk, sync)
+        methods["torch fresh"] = host_timer(lambda n: python_chunk(t_arrays, n, None), sync)
+        methods["torch q_out"] = host_timer(lambda n: python_chunk(t_arrays, n, t_outs), sync)
+        methods["torch q_out, back to back"] = lambda n: python_batch(t_arrays, n, t_outs, sync)
         methods["gpu"] = gpu_timer(torch, t_arrays, t_outs)
     return methods
+
+
+# CUDA host time: chunks of calls fewer than the launch queue holds, each timed from its first call
+# to its last (the launches), the stream synchronised outside the timing, so that the figure is
+# the host's own cost and not the GPU's pace when calls come back to back.
+HOST_CHUNK = 200
+
+
+def python_chunk(arrays, calls, outs):
+    """ns spent in `calls` Python calls (no synchronisation)."""
+    start = CLOCK()
+    python_batch(arrays, calls, outs, lambda: None)
+    return CLOCK() - start
+
+
+def host_timer(launch_chunk, sync):
+    """run(calls) -> host ns per call: launch_chunk(n) (returning its ns) over chunks of HOST_CHUNK."""
+
+    def run(calls):
+        total, done = 0.0, 0
+        while done < calls:
+            n = min(HOST_CHUNK, calls - done)
+            total += launch_chunk(n)
+            sync()
+            done += n
+        return total / calls
+
+    run.self_timed = True
+    return run
 
 
 def gpu_timer(torch, arrays, outs, per_graph=20):
@@ -134,6 +165,7 @@ def gpu_timer(torch, arrays, outs, per_graph=20):
         end.synchronize()
         return start.elapsed_time(end) * 1e6 / (replays * per_graph)
 
+    run.self_timed = True
     return run
 
 
@@ -156,7 +188,7 @@ def measure(T, P, backend, torch, rounds, budget_s, stat):
     faults = {name: [] for name in methods}
     for _ in range(rounds):
         for name, run in methods.items():
-            if name == "gpu":
+            if getattr(run, "self_timed", False):
                 ns, f = run(calls[name]), (0.0, 0.0)
             else:
                 ns, f = timed(run, calls[name])
@@ -290,7 +322,7 @@ def main(argv=None):
     for T in tokens:
         results[T] = measure(T, P, args.backend, torch, args.rounds, args.seconds, args.stat)
     names = [n for n in results[tokens[0]] if n not in ("C", "gpu")]
-    head = ["T", "C call" if args.backend == "cpu" else "C launch loop (host)"]
+    head = ["T", "C call" if args.backend == "cpu" else "C call (host)"]
     if args.backend == "cuda":
         head.append("GPU time")
     head += names

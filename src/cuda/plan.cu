@@ -24,7 +24,18 @@ enum {
      * thread per two heads by 1-17% at T >= 1024 on each of the eight shapes measured that had
      * more than 96 threads a token (bench/results/plan-h200.md). */
     PREFILL_THREADS_PER_TOKEN = 96,
+    /* Deep calls (from this many tokens per multiprocessor): a token whose threads end in part of
+     * a warp (few heads: 40 threads for 8/1/128, 52 for MLA at TP 8, 80 for 32/4/64) takes whole
+     * warps instead, or a power-of-two part of one packed with other tokens, each thread serving
+     * at least this many heads: 2-35% faster from T = 6144 (ropepool-bench, cold); at T = 2048-4096,
+     * below the threshold, up to 27% slower (bench/results/plan-h200.md). Whole warps of fewer heads a thread (96 threads of
+     * 28/4/128) measured the same either way and are left as they are. */
+    DEEP_CALL_TOKENS_PER_SM = 40,
+    DEEP_CALL_HEADS_PER_THREAD = 4,
     MIN_LARGE_CALL_BLOCK_THREADS = 64, /* below, several tokens share a block; one measured best */
+    /* Decode: a token's groups are split over blocks of this many (or 2); four groups (D = 64 in
+     * 16-bit) in one block ran 4-27% faster than two blocks of two at T = 1-256 on 32/4/64, 8/1/64
+     * and MLA at TP 8 (plan-h200.md). */
     DECODE_GROUPS_PER_BLOCK = 4,
     MAX_TABLE_BYTES = 48 * 1024,
     MAX_TOKENS_PER_BLOCK = 64, /* blockDim.z */
@@ -112,10 +123,9 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
      * prefill kernel; with few heads a token, prefetch drops to 1 and the decode kernel runs). */
     const long long sms = st->num_sms > 0 ? st->num_sms : 1;
     const int large = T >= (norm ? LARGE_NORM_CALL_TOKENS_PER_SM : LARGE_CALL_TOKENS_PER_SM) * sms;
-    long long gb = groups;
-    for (long long split = DECODE_GROUPS_PER_BLOCK; !large && !norm && split >= 2 && gb == groups; split /= 2)
-        if (groups % split == 0)
-            gb = split;
+    long long gb = groups; /* a token of at most DECODE_GROUPS_PER_BLOCK groups stays in one block */
+    if (!large && !norm && groups > DECODE_GROUPS_PER_BLOCK)
+        gb = groups % DECODE_GROUPS_PER_BLOCK == 0 ? (long long)DECODE_GROUPS_PER_BLOCK : groups % 2 == 0 ? 2 : groups;
     int prefetch = large ? LARGE_CALL_PREFETCH : 1;
     while (prefetch > 1 && heads * gb < (long long)prefetch * 32)
         prefetch /= 2; /* keep at least a warp of threads per token */
@@ -131,6 +141,14 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
         if (most >= 1 && hy > most) {
             hy = div_up(heads, div_up(heads, most)); /* the fewest heads a thread, spread evenly */
             hy = div_up(hy, step) * step;
+        }
+        if (T >= DEEP_CALL_TOKENS_PER_SM * sms && hy * gb % 32 != 0) {
+            long long threads = heads * gb / DEEP_CALL_HEADS_PER_THREAD, part = 32;
+            while (threads < part && part > gb)
+                part /= 2;
+            threads = threads / part * part;
+            if (threads / gb >= 1 && threads / gb < hy)
+                hy = threads / gb;
         }
     }
     if (norm) /* whole warps: QK-norm's shuffles then take the full mask (qk_norm.cuh) */

@@ -4,7 +4,7 @@
  * and as one-element device floats), v_head_dim (MLA's latent row), each with RoPE variants and
  * decode and prefill sizes, checked against the float64 formula (rp_ref_verify, which quantises
  * fp8 itself), every byte of the allocation outside the written rows unchanged; a captured graph
- * replayed after the device scales changed.
+ * replayed after the device scales changed; calls deep enough for the few-heads geometry.
  */
 #include "cuda_test_util.h"
 
@@ -229,6 +229,25 @@ static void test_v_head_dim(void)
             }
 }
 
+/* Calls deep enough (T = 8192: 40 tokens or more per multiprocessor on GPUs of up to 204) for
+ * plan.cu's deep-call geometry, on the shapes it changes (few heads a token: several tokens a
+ * block, 8-32 threads a token, 4-6 heads a thread): Llama-style heads, MLA's latent row flat and
+ * paged, fp8 pools. */
+static void test_deep_calls_with_few_heads(void)
+{
+    static const rope_variant gptj = {RP_ROPE_GPTJ, 0, TABLE_F64, 1.2};
+    static const int64_t dims[][4] = {{8, 1, 128, 128}, {32, 4, 64, 64}, {24, 1, 64, 64}, {16, 1, 64, 512}};
+    const int64_t T = test_quick() ? 40 : 8192;
+    for (int d = 0; d < 3; d++)
+        for (int s = 0; s < 4; s++) {
+            const int latent = s == 3, fp8 = (d + s) % 2;
+            const pool_case c = {dtypes[d], fp8 ? RP_F8_E4M3 : dtypes[d], latent && d == 2 ? RP_KV_NHD : RP_KV_FLAT,
+                                 latent && d == 2 ? 64 : 1, T, dims[s][0], dims[s][1], dims[s][2], dims[s][3], 0,
+                                 latent ? &gptj : NULL, latent};
+            run_pool_case(&c);
+        }
+}
+
 /* A call on fp8 pools with device scales, captured in a graph and replayed after new scales were
  * written to device memory: each replay quantises with the scales of its time. */
 static void test_graph_replay_reads_changed_device_scales(void)
@@ -276,6 +295,7 @@ int main(void)
     RUN(test_paged_pools_within_bound_and_nothing_else_written);
     RUN(test_fp8_pools_within_bound);
     RUN(test_v_head_dim);
+    RUN(test_deep_calls_with_few_heads);
     RUN(test_graph_replay_reads_changed_device_scales);
     rp_context_destroy(ctx);
     return test_summary("test_cuda_pools");
