@@ -96,24 +96,12 @@ static int apply(variant *v, const rp_problem *p, const rp_cuda_plan *base)
     }
     if (!pl->vectorized)
         return 0;
-    const long long per_vector = 16 / (long long)rp_dtype_size(p->dtype);
-    const long long groups = p->head_dim / 2 / per_vector;
-    if (groups % pl->groups_per_block)
+    if (rp_cuda_plan_complete(p, RP_PARTS_ALL, pl))
         return -1;
-    pl->chunks = (int)(groups / pl->groups_per_block);
-    const int norm = p->q_norm.data != NULL || p->k_norm.data != NULL;
-    const long long limit = pl->items_per_thread >= 4 || (norm && pl->items_per_thread == 1) ? 512 : 768; /* rp_block_threads() */
-    if ((long long)pl->groups_per_block * pl->heads_per_pass * pl->tokens_per_block > limit)
-        return -1;
-    if (norm && (long long)pl->groups_per_block * pl->heads_per_pass % 32 != 0)
-        return -1; /* QK-norm's shuffles take whole warps (plan.cu) */
-    const long long tiles = (p->num_tokens + pl->tokens_per_block - 1) / pl->tokens_per_block;
-    pl->grid = (unsigned)(grid_cap > 0 && grid_cap < tiles ? grid_cap : tiles);
-    const size_t staged = norm && pl->items_per_thread > 1 ? 2 * (size_t)p->head_dim * sizeof(float) : 0;
-    pl->shared_bytes = staged + (size_t)pl->tokens_per_block * pl->groups_per_block * per_vector * 2 * sizeof(float);
+    if (grid_cap > 0 && grid_cap < pl->grid)
+        pl->grid = (unsigned)grid_cap;
     return 0;
 }
-
 
 /* --host: the host side of an eager call at T, stage by stage (ns per call). Each sample is chunks
  * of HOST_CHUNK calls, fewer than the launch queue holds, each timed over its calls and then

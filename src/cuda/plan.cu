@@ -28,8 +28,8 @@ enum {
      * a warp (few heads: 40 threads for 8/1/128, 52 for MLA at TP 8, 80 for 32/4/64) takes whole
      * warps instead, or a power-of-two part of one packed with other tokens, each thread serving
      * at least this many heads: 2-35% faster from T = 6144 (ropepool-bench, cold); at T = 2048-4096,
-     * below the threshold, up to 27% slower (bench/results/plan-h200.md). Whole warps of fewer heads a thread (96 threads of
-     * 28/4/128) measured the same either way and are left as they are. */
+     * below the threshold, up to 27% slower (bench/results/plan-h200.md). Whole warps of fewer
+     * heads a thread (96 threads of 28/4/128) measured the same either way and are left so. */
     DEEP_CALL_TOKENS_PER_SM = 40,
     DEEP_CALL_HEADS_PER_THREAD = 4,
     MIN_LARGE_CALL_BLOCK_THREADS = 64, /* below, several tokens share a block; one measured best */
@@ -65,6 +65,35 @@ static int pool_rows_aligned(const void *data, const int64_t stride[4], const rp
 static long long div_up(long long a, long long b)
 {
     return (a + b - 1) / b;
+}
+
+/* QK-norm, prefill kernel: q's and k's weights staged in shared memory before the table
+ * (qk_norm.cuh). */
+static long long staged_weight_bytes(const rp_problem *p, rp_parts parts, int items_per_thread)
+{
+    const int norm = p->q_norm.data != NULL || p->k_norm.data != NULL;
+    return norm && items_per_thread > 1 && parts != RP_PARTS_SCATTER ? 2 * p->head_dim * (long long)sizeof(float) : 0;
+}
+
+int rp_cuda_plan_complete(const rp_problem *p, rp_parts parts, rp_cuda_plan *plan)
+{
+    const long long per_vector = 16 / (long long)rp_dtype_size(p->dtype), groups = p->head_dim / 2 / per_vector;
+    const long long gb = plan->groups_per_block, hy = plan->heads_per_pass, y = plan->tokens_per_block;
+    const int norm = p->q_norm.data != NULL || p->k_norm.data != NULL;
+    if (gb < 1 || hy < 1 || y < 1 || y > MAX_TOKENS_PER_BLOCK || groups % gb != 0 ||
+        gb * hy * y > rp_block_threads(plan->items_per_thread, norm))
+        return -1;
+    if (norm && gb * hy % 32 != 0)
+        return -1; /* QK-norm's shuffles take whole warps (qk_norm.cuh) */
+    const long long staged_bytes = staged_weight_bytes(p, parts, plan->items_per_thread);
+    const long long table_bytes = y * gb * per_vector * 2 * (long long)sizeof(float);
+    if (staged_bytes + table_bytes > MAX_TABLE_BYTES)
+        return -1;
+    plan->chunks = (int)(groups / gb);
+    const long long tiles = div_up(p->num_tokens, y);
+    plan->grid = (unsigned)(tiles < MAX_GRID ? tiles : MAX_GRID);
+    plan->shared_bytes = parts == RP_PARTS_SCATTER ? 0 : (size_t)(staged_bytes + table_bytes);
+    return 0;
 }
 
 rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_parts parts)
@@ -143,12 +172,13 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
             hy = div_up(hy, step) * step;
         }
         if (T >= DEEP_CALL_TOKENS_PER_SM * sms && hy * gb % 32 != 0) {
-            long long threads = heads * gb / DEEP_CALL_HEADS_PER_THREAD, part = 32;
+            const long long threads = heads * gb / DEEP_CALL_HEADS_PER_THREAD;
+            long long part = 32;
             while (threads < part && part > gb)
                 part /= 2;
-            threads = threads / part * part;
-            if (threads / gb >= 1 && threads / gb < hy)
-                hy = threads / gb;
+            const long long deep_hy = threads / part * part / gb;
+            if (deep_hy >= 1 && deep_hy < hy)
+                hy = deep_hy;
         }
     }
     if (norm) /* whole warps: QK-norm's shuffles then take the full mask (qk_norm.cuh) */
@@ -159,9 +189,7 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
     if (y * hy * gb > limit)
         y = limit / (hy * gb);
     const long long table_bytes_per_token = gb * per_vector * 2 * (long long)sizeof(float);
-    /* QK-norm, prefill kernel: q's and k's weights staged before the table (qk_norm.cuh) */
-    const long long staged_bytes =
-        norm && prefetch > 1 && parts != RP_PARTS_SCATTER ? 2 * p->head_dim * (long long)sizeof(float) : 0;
+    const long long staged_bytes = staged_weight_bytes(p, parts, prefetch);
     if (y * table_bytes_per_token > MAX_TABLE_BYTES - staged_bytes)
         y = (MAX_TABLE_BYTES - staged_bytes) / table_bytes_per_token;
     if (y > MAX_TOKENS_PER_BLOCK)
@@ -169,14 +197,11 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
     if (y < 1)
         y = 1;
     plan.groups_per_block = (int)gb;
-    plan.chunks = (int)(groups / gb);
     plan.heads = (int)heads;
     plan.v_pieces = (int)v_pieces;
     plan.heads_per_pass = (int)hy;
     plan.items_per_thread = prefetch;
     plan.tokens_per_block = (int)y;
-    const long long tiles = div_up(T, y);
-    plan.grid = (unsigned)(tiles < MAX_GRID ? tiles : MAX_GRID);
-    plan.shared_bytes = parts == RP_PARTS_SCATTER ? 0 : (size_t)(staged_bytes + y * table_bytes_per_token);
+    rp_cuda_plan_complete(p, parts, &plan); /* cannot refuse: the bounds above are its bounds */
     return plan;
 }
