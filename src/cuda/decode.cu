@@ -66,7 +66,7 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
         /* 0. The position, first: it heads the longest chain. */
         rp_index_words pos = {0, 0};
         if (builds_table && token_ok)
-            pos = rp_index_issue(rp_position_row(a, pair_of<STYLE, HALF, V>(a, group, threadIdx.y)), a.pos64,
+            pos = rp_index_issue(rp_position_row_of<HALF>(a, pair_of<STYLE, HALF, V>(a, group, threadIdx.y)), a.pos64,
                                  a.pos_stride, t); /* mRoPE: the row of this thread's pair; formed at use,
                                                       as a value held across the wait cost spills */
 
@@ -91,7 +91,7 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
                     const long long pj = pair_of<STYLE, HALF, V>(a, group, j);
                     const double f = own ? freq : a.inv_freq[pj];
                     /* another pair's row may differ (mRoPE): its position is read again */
-                    const long long position = own || a.pos_row_bytes == 0 ? rp_index_value(pos, a.pos64)
+                    const long long position = own || !rp_rows_differ<HALF>(a) ? rp_index_value(pos, a.pos64)
                                                    : rp_load_index_dev(rp_position_row(a, pj), a.pos64, a.pos_stride, t);
                     rp_angle_sincos((double)position * f, a.scale, &s, &c);
                     float *entry = (float *)&cs[(j / 2) * GB] + (j % 2) * 2;

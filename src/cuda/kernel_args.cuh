@@ -80,6 +80,23 @@ __device__ __forceinline__ const void *rp_position_row(const Args &a, long long 
     return (const char *)a.positions + rp_mrope_row(a.mrope_section, a.mrope_interleaved, j) * a.pos_row_bytes;
 }
 
+/* The kernels compiled for one head size (HALF > 0) serve calls without mRoPE only (rope_pool.cu
+ * sends mRoPE calls to the HALF = 0 ones), so their position load, which heads the longest chain,
+ * has no row to select first: selecting it after the wait cost a decode call 0.12-0.37 us on the
+ * H200 (bench/results/plan-h200.md, section 6), and before the wait, spills. */
+template <int HALF, typename Args>
+__device__ __forceinline__ const void *rp_position_row_of(const Args &a, long long j)
+{
+    return HALF > 0 ? a.positions : rp_position_row(a, j);
+}
+
+/* Whether pairs of one group may read different position rows (mRoPE on a HALF = 0 kernel). */
+template <int HALF, typename Args>
+__device__ __forceinline__ bool rp_rows_differ(const Args &a)
+{
+    return HALF == 0 && a.pos_row_bytes != 0;
+}
+
 /* Block and row in block of pool slot `slot` (>= 0): rp_pool_offset's split, on the device. A
  * power of two (flat pools: 2^0) takes a shift and a mask. */
 template <typename Args>

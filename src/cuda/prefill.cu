@@ -45,7 +45,7 @@ rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
         const bool builds_table = rotates && token_ok && (int)threadIdx.y < V && gr.rotated;
         rp_index_words pos = {0, 0};
         if (builds_table)
-            pos = rp_index_issue(rp_position_row(a, pair_of<STYLE, HALF, V>(a, group, threadIdx.y)), a.pos64,
+            pos = rp_index_issue(rp_position_row_of<HALF>(a, pair_of<STYLE, HALF, V>(a, group, threadIdx.y)), a.pos64,
                                  a.pos_stride, t); /* mRoPE: the row of this thread's pair */
 
         /* 1. This thread's items and the token's slot. */
@@ -75,7 +75,7 @@ rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
                     const bool own = j == (int)threadIdx.y;
                     const long long pj = pair_of<STYLE, HALF, V>(a, group, j);
                     /* another pair's row may differ (mRoPE): its position is read again */
-                    const long long position = own || a.pos_row_bytes == 0 ? rp_index_value(pos, a.pos64)
+                    const long long position = own || !rp_rows_differ<HALF>(a) ? rp_index_value(pos, a.pos64)
                                                    : rp_load_index_dev(rp_position_row(a, pj), a.pos64, a.pos_stride, t);
                     rp_angle_sincos((double)position * a.inv_freq[pj], a.scale, &s, &c);
                     float *entry = (float *)&cs[(j / 2) * GB] + (j % 2) * 2;

@@ -122,7 +122,7 @@ static cudaError_t launch_strided(const rp_cuda_state *st, const rp_problem *p, 
                   plan->overlap_launch, a);
 }
 
-/* The variants of kernels.cuh: either style over the whole head gets head_dim as a compile-time constant
+/* The variants of kernels.cuh: either style over the whole head, without mRoPE, gets head_dim as a compile-time constant
  * for the common sizes (64, 128, 256); the others run the same code with a runtime head_dim and
  * rotary_dim. Frequencies up to RP_CUDA_MAX_HEAD_DIM / 2. */
 template <rp_dtype DT>
@@ -130,6 +130,8 @@ static cudaError_t launch_dtype(const rp_cuda_state *st, const rp_problem *p, rp
                                 const rp_cuda_plan *plan, cudaStream_t stream)
 {
     const int64_t pairs = p->rotary_dim / 2;
+    /* the head size a kernel is compiled for: R = D without mRoPE (kernel_args.cuh, rp_position_row_of) */
+    const int64_t whole = p->rotary_dim == p->head_dim && !p->mrope ? pairs : 0;
     if (!plan->vectorized)
         return pairs <= 256 ? launch_strided<DT, 256>(st, p, parts, plan, stream)
                             : launch_strided<DT, RP_CUDA_MAX_HEAD_DIM / 2>(st, p, parts, plan, stream);
@@ -140,17 +142,17 @@ static cudaError_t launch_dtype(const rp_cuda_state *st, const rp_problem *p, rp
                         : launch_vectorized<DT, RP_ROPE_NEOX, 0, 256, true, true>(st, p, parts, plan, stream);
         if (gptj)
             return launch_vectorized<DT, RP_ROPE_GPTJ, 0, 256, false, true>(st, p, parts, plan, stream);
-        return p->rotary_dim == p->head_dim && pairs == 64
+        return whole == 64
                    ? launch_vectorized<DT, RP_ROPE_NEOX, 64, 64, false, true>(st, p, parts, plan, stream)
                    : launch_vectorized<DT, RP_ROPE_NEOX, 0, 256, false, true>(st, p, parts, plan, stream);
     }
     if (rp_pool_is_fp8(p)) /* pairs <= RP_VECTOR_FP8_MAX_PAIRS: the plan saw to it */
         return p->style == RP_ROPE_GPTJ ? launch_vectorized<DT, RP_ROPE_GPTJ, 0, 256, true>(st, p, parts, plan, stream)
-               : p->rotary_dim == p->head_dim && pairs == 64
+               : whole == 64
                    ? launch_vectorized<DT, RP_ROPE_NEOX, 64, 64, true>(st, p, parts, plan, stream)
                    : launch_vectorized<DT, RP_ROPE_NEOX, 0, 256, true>(st, p, parts, plan, stream);
     if (p->style == RP_ROPE_GPTJ)
-        switch (p->rotary_dim == p->head_dim ? pairs : 0) {
+        switch (whole) {
         case 32: return launch_vectorized<DT, RP_ROPE_GPTJ, 32, 32>(st, p, parts, plan, stream);
         case 64: return launch_vectorized<DT, RP_ROPE_GPTJ, 64, 64>(st, p, parts, plan, stream);
         case 128: return launch_vectorized<DT, RP_ROPE_GPTJ, 128, 128>(st, p, parts, plan, stream);
@@ -158,7 +160,7 @@ static cudaError_t launch_dtype(const rp_cuda_state *st, const rp_problem *p, rp
             return pairs <= 256 ? launch_vectorized<DT, RP_ROPE_GPTJ, 0, 256>(st, p, parts, plan, stream)
                                 : launch_vectorized<DT, RP_ROPE_GPTJ, 0, RP_CUDA_MAX_HEAD_DIM / 2>(st, p, parts, plan, stream);
         }
-    switch (p->rotary_dim == p->head_dim ? pairs : 0) {
+    switch (whole) {
     case 32: return launch_vectorized<DT, RP_ROPE_NEOX, 32, 32>(st, p, parts, plan, stream);
     case 64: return launch_vectorized<DT, RP_ROPE_NEOX, 64, 64>(st, p, parts, plan, stream);
     case 128: return launch_vectorized<DT, RP_ROPE_NEOX, 128, 128>(st, p, parts, plan, stream);
