@@ -77,6 +77,17 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
             lo = *(const uint4 *)p;
             hi = *(const uint4 *)(p + half_bytes);
         }
+        /* QK-norm: the item's weights, loaded beside it so that their latency is not added after
+         * the reduction (they are not staged in shared memory as in the prefill kernel: staging put
+         * their load before the barrier of this one chain of latencies, and cost 0.6 us a call at
+         * T = 1, bench/results/qwen3-8b-qk-norm.md) */
+        float w_lo[V], w_hi[V];
+        int w_f32 = 0;
+        const void *w = NORM ? rp_norm_weights_of(a, item.kind, &w_f32) : NULL;
+        if (NORM && w && token_ok && (int)threadIdx.y < a.heads) {
+            rp_load_weights<DT>(w, w_f32, (int)first, w_lo);
+            rp_load_weights<DT>(w, w_f32, (int)(first + half_bytes / (long long)ELEM), w_hi);
+        }
         rp_index_words slot_words = {-1, -1};
         if (uses_slot && token_ok)
             slot_words = rp_index_issue(a.slots, a.slot64, a.slot_stride, t);
@@ -107,15 +118,15 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
         long long row = 0;
         const long long block = to_pool ? rp_slot_block(a, slot, &row) : 0;
         /* QK-norm: every lane joins its head's reduction, here and in the loop below, whose trip
-         * count is then the block's. The weights come from memory (not staged in shared memory as
-         * in the prefill kernel: staging put their load before the barrier of this one chain of
-         * latencies, and cost 0.6 us a call at T = 1, bench/results/qwen3-8b-qk-norm.md). */
+         * count is then the block's. Heads past blockDim.y read their weights from memory. */
         rp_norm_item norm = {}; /* w NULL: not normalised */
         if (NORM) {
             const bool valid = token_ok && (int)threadIdx.y < a.heads;
             rp_norm_factor f;
             rp_norm_rstd<DT, 1>(a, &valid, &lo, &hi, &f);
             norm = rp_norm_of(a, item.kind, (int)first, (int)(first + half_bytes / (long long)ELEM), f, NULL);
+            norm.w_lo = w_lo;
+            norm.w_hi = w_hi;
         }
         if (token_ok && (int)threadIdx.y < a.heads)
             finish_item<DT, STYLE, FP8>(a, item, rows, lo, hi, t, to_pool, block, row, half_bytes, gr.rotated, cs, GB,

@@ -66,8 +66,8 @@ __device__ __forceinline__ void rotate_vectors(uint4 *lo, uint4 *hi, const float
     E::unpack(*lo, x);
     E::unpack(*hi, y);
     if (norm.w) { /* QK-norm: the rotation takes the float32 normalised values */
-        rp_normalise<DT>(norm, x, norm.lo);
-        rp_normalise<DT>(norm, y, norm.hi);
+        rp_normalise<DT>(norm, x, norm.lo, norm.w_lo);
+        rp_normalise<DT>(norm, y, norm.hi, norm.w_hi);
     }
     if (STYLE == RP_ROPE_NEOX) {
 #pragma unroll

@@ -46,6 +46,8 @@ struct rp_norm_item {
     float scaled_rstd, offset_f32; /* fast: float32(rstd) 2^39, the offset */
     const float *sw;               /* fast: the block's staged weights, or
                                       NULL: w from memory                  */
+    const float *w_lo, *w_hi;      /* w of lo's and hi's elements, loaded
+                                      ahead (the decode kernel), or NULL   */
     double rstd, offset;           /* else                                 */
 };
 
@@ -134,6 +136,13 @@ __device__ __forceinline__ void rp_norm_rstd(const Args &a, const bool *valid, c
     }
 }
 
+/* The weights a normalised item of `kind` multiplies by: q's, k's, or NULL (v, or not normalised). */
+template <typename Args> __device__ __forceinline__ const void *rp_norm_weights_of(const Args &a, int kind, int *f32)
+{
+    *f32 = kind == RP_ITEM_Q ? a.q_norm_f32 : a.k_norm_f32;
+    return a.parts == RP_PARTS_SCATTER ? NULL : kind == RP_ITEM_Q ? a.q_norm : kind == RP_ITEM_K ? a.k_norm : NULL;
+}
+
 /* The normalisation of an item of `kind` (rp_item_kind) whose vectors start at head dims lo, hi;
  * sw: the block's staged weights (rp_stage_norm_weights), or NULL: from memory. */
 template <typename Args>
@@ -141,15 +150,15 @@ __device__ __forceinline__ rp_norm_item rp_norm_of(const Args &a, int kind, int 
                                                    const float *sw)
 {
     rp_norm_item n;
-    const bool q = kind == RP_ITEM_Q, k = kind == RP_ITEM_K;
-    n.w = a.parts == RP_PARTS_SCATTER ? NULL : q ? a.q_norm : k ? a.k_norm : NULL;
-    n.w_f32 = q ? a.q_norm_f32 : a.k_norm_f32;
+    const bool k = kind == RP_ITEM_K;
+    n.w = rp_norm_weights_of(a, kind, &n.w_f32);
     n.lo = lo;
     n.hi = hi;
     n.fast = f.fast;
     n.scaled_rstd = (float)f.rstd * RP_NORM_SCALE;
     n.offset_f32 = (float)a.norm_offset;
     n.sw = sw ? sw + (k ? 2 * a.half_dim : 0) : NULL;
+    n.w_lo = n.w_hi = NULL;
     n.rstd = f.rstd;
     n.offset = a.norm_offset;
     return n;
@@ -236,9 +245,10 @@ __device__ __forceinline__ bool rp_norm_barrier(bool stage, bool outside, bool s
     return staged;
 }
 
-/* x[c] (head dim first + c) normalised in place (see above for the two paths). */
+/* x[c] (head dim first + c) normalised in place (see above for the two paths); pre: its weights
+ * loaded ahead, or NULL: from the block's staged copy or from memory. */
 template <rp_dtype DT>
-__device__ __forceinline__ void rp_normalise(const rp_norm_item &n, float *x, int first)
+__device__ __forceinline__ void rp_normalise(const rp_norm_item &n, float *x, int first, const float *pre)
 {
     constexpr int V = rp_elem<DT>::ELEMS;
     if (DT != RP_F32 && n.fast && n.sw) {
@@ -254,7 +264,12 @@ __device__ __forceinline__ void rp_normalise(const rp_norm_item &n, float *x, in
         return;
     }
     float w[V];
-    rp_load_weights<DT>(n.w, n.w_f32, first, w);
+    if (pre)
+#pragma unroll
+        for (int c = 0; c < V; c++)
+            w[c] = pre[c];
+    else
+        rp_load_weights<DT>(n.w, n.w_f32, first, w);
     if (DT != RP_F32 && n.fast) { /* the same products, w + offset unstaged, scaled last */
         float y[V], largest = 0.0f;
 #pragma unroll
@@ -281,8 +296,8 @@ __device__ __forceinline__ void normalise_vectors(uint4 *lo, uint4 *hi, const rp
 {
     rp_elem<DT>::unpack(*lo, x);
     rp_elem<DT>::unpack(*hi, y);
-    rp_normalise<DT>(n, x, n.lo);
-    rp_normalise<DT>(n, y, n.hi);
+    rp_normalise<DT>(n, x, n.lo, n.w_lo);
+    rp_normalise<DT>(n, y, n.hi, n.w_hi);
     *lo = rp_elem<DT>::pack(x);
     *hi = rp_elem<DT>::pack(y);
 }
