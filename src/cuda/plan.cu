@@ -159,7 +159,10 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
     while (prefetch > 1 && heads * gb < (long long)prefetch * 32)
         prefetch /= 2; /* keep at least a warp of threads per token */
     const long long limit = rp_block_threads(prefetch, norm);
-    long long hy = div_up(heads, prefetch);
+    /* QK-norm: an item's chain (loads, reduction, normalisation, rotation) is long, so while one
+     * wave of the call's tokens allows (below), a thread serves one head: Qwen3-8B at T = 256 took
+     * 4.79 us so against 5.25 with two heads a thread (ropepool-tune-cuda, qwen3-8b-qk-norm.md) */
+    long long hy = norm && prefetch > 1 ? heads : div_up(heads, prefetch);
     if (prefetch > 1) {
         /* threads a token may take: PREFILL_THREADS_PER_TOKEN, or as many as one wave of the
          * call's tokens leaves it (at the launch bound's threads a multiprocessor), in whole
