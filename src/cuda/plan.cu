@@ -160,8 +160,8 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
         prefetch /= 2; /* keep at least a warp of threads per token */
     const long long limit = rp_block_threads(prefetch, norm);
     /* QK-norm: an item's chain (loads, reduction, normalisation, rotation) is long, so while one
-     * wave of the call's tokens allows (below), a thread serves one head: Qwen3-8B at T = 256 took
-     * 4.79 us so against 5.25 with two heads a thread (ropepool-tune-cuda, qwen3-8b-qk-norm.md) */
+     * wave of the call's tokens allows (below), a thread serves one head: Qwen3-8B at T = 256,
+     * 4.79 us against 5.25 with two heads a thread (ropepool-tune-cuda, qwen3-8b-qk-norm.md) */
     long long hy = norm && prefetch > 1 ? heads : div_up(heads, prefetch);
     if (prefetch > 1) {
         /* threads a token may take: PREFILL_THREADS_PER_TOKEN, or as many as one wave of the
