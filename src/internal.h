@@ -158,6 +158,12 @@ static inline int rp_pool_is_fp8(const rp_problem *p)
     return p->pool_dtype == RP_F8_E4M3 || p->pool_dtype == RP_F8_E5M2;
 }
 
+/* 1 when the call normalises q or k heads (QK-norm: either weight given). */
+static inline int rp_has_qk_norm(const rp_problem *p)
+{
+    return p->q_norm.data != NULL || p->k_norm.data != NULL;
+}
+
 /* Validates args (everything but the slot values) and fills *p. CPU and CUDA share it. */
 rp_status rp_validate(const rp_rope_pool_args *args, rp_problem *p, rp_err *err);
 

@@ -53,7 +53,7 @@ enum { RP_CPU_NORM_MAX_DIM = 512 };
 
 static inline int rp_cpu_norm_fits(const rp_problem *p)
 {
-    return (p->q_norm.data == NULL && p->k_norm.data == NULL) || p->head_dim <= RP_CPU_NORM_MAX_DIM;
+    return !rp_has_qk_norm(p) || p->head_dim <= RP_CPU_NORM_MAX_DIM;
 }
 
 /* Element i of src (dtype dt: f32, f16 or bf16) as a float32, exactly. */

@@ -71,7 +71,7 @@ static long long div_up(long long a, long long b)
  * (qk_norm.cuh). */
 static long long staged_weight_bytes(const rp_problem *p, rp_parts parts, int items_per_thread)
 {
-    const int norm = p->q_norm.data != NULL || p->k_norm.data != NULL;
+    const int norm = rp_has_qk_norm(p);
     return norm && items_per_thread > 1 && parts != RP_PARTS_SCATTER ? 2 * p->head_dim * (long long)sizeof(float) : 0;
 }
 
@@ -79,7 +79,7 @@ int rp_cuda_plan_complete(const rp_problem *p, rp_parts parts, rp_cuda_plan *pla
 {
     const long long per_vector = 16 / (long long)rp_dtype_size(p->dtype), groups = p->head_dim / 2 / per_vector;
     const long long gb = plan->groups_per_block, hy = plan->heads_per_pass, y = plan->tokens_per_block;
-    const int norm = p->q_norm.data != NULL || p->k_norm.data != NULL;
+    const int norm = rp_has_qk_norm(p);
     if (gb < 1 || hy < 1 || y < 1 || y > MAX_TOKENS_PER_BLOCK || groups % gb != 0 ||
         gb * hy * y > rp_block_threads(plan->items_per_thread, norm))
         return -1;
@@ -132,7 +132,7 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
                       pool_rows_aligned(p->v_pool, p->v_pool_stride, p, pool_elem, pool_align);
     /* QK-norm reduces each head over its groups, the block's x lanes: a power of two up to a warp
      * (qk_norm.cuh). */
-    const int norm = p->q_norm.data != NULL || p->k_norm.data != NULL;
+    const int norm = rp_has_qk_norm(p);
     if (norm && (groups > 32 || (groups & (groups - 1)) != 0))
         plan.vectorized = 0;
     plan.overlap_launch = st->compute_capability >= 90;

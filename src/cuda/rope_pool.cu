@@ -135,7 +135,7 @@ static cudaError_t launch_dtype(const rp_cuda_state *st, const rp_problem *p, rp
     if (!plan->vectorized)
         return pairs <= 256 ? launch_strided<DT, 256>(st, p, parts, plan, stream)
                             : launch_strided<DT, RP_CUDA_MAX_HEAD_DIM / 2>(st, p, parts, plan, stream);
-    if (p->q_norm.data != NULL || p->k_norm.data != NULL) { /* kernels.cuh's RP_NORM_VARIANTS */
+    if (rp_has_qk_norm(p)) { /* kernels.cuh's RP_NORM_VARIANTS */
         const int gptj = p->style == RP_ROPE_GPTJ;
         if (rp_pool_is_fp8(p))
             return gptj ? launch_vectorized<DT, RP_ROPE_GPTJ, 0, 256, true, true>(st, p, parts, plan, stream)
@@ -209,7 +209,7 @@ extern "C" rp_status rp_cuda_rope_pool(void *state, const rp_problem *p, rp_part
         status = rp_cuda_check_slots(p, stream, err);
     if (status == RP_OK) {
         const rp_cuda_plan plan = rp_cuda_make_plan(st, p, parts);
-        if (!plan.vectorized && (p->q_norm.data != NULL || p->k_norm.data != NULL))
+        if (!plan.vectorized && rp_has_qk_norm(p))
             status = rp_fail(err, RP_ERR_UNSUPPORTED,
                              "q_norm_weight / k_norm_weight (QK-norm) on CUDA need the vectorized kernels: head "
                              "rows contiguous and 16-byte aligned, head_dim / 2 and rotary_dim / 2 multiples of "
