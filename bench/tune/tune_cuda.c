@@ -3,8 +3,9 @@
  * floor kernels) are each captured as a CUDA graph of many calls; the graphs are replayed in
  * interleaved rounds and the median time per call is printed, with the ratio to the plan.
  *
- *   ropepool-tune-cuda [--dtype bf16] [--shape 32/8/128 | --preset NAME] [--pool 1048576] [--max-pos 131072]
- *                      [--sets N] [--contiguous-slots] [--qk-norm] [--rounds 25] [--host] -T 1,64
+ *   ropepool-tune-cuda [--dtype bf16] [--shape 32/8/128 | --preset NAME] [--style neox|gptj] [--rotary-dim R]
+ *                      [--pool 1048576] [--max-pos 131072] [--sets N] [--contiguous-slots] [--qk-norm]
+ *                      [--rounds 25] [--host] -T 1,64
  *                      --variants 'plan;api;floor-empty-pdl;gb=2;gb=8,pf=2'
  *
  * A variant is a name (plan, api, floor-empty, floor-empty-pdl, floor-chain, floor-copy) or
@@ -12,7 +13,8 @@
  * 4), y (tokens per block), grid (most blocks), pdl (0/1). --qk-norm gives --shape q and k weights
  * (QK-norm's kernels); its variants must keep a head's lanes in whole warps. --preset lays the
  * call out as ropepool-bench does for that preset (its RoPE variant, mRoPE positions, QK-norm,
- * MLA's q and latent cache row). Results are not
+ * MLA's q and latent cache row); --style and --rotary-dim override its (or --shape's NeoX over the
+ * whole head) pair style and rotated dims, as ropepool-bench's do. Results are not
  * verified here: what wins is made the plan and verified by the tests and ropepool-bench.
  *
  * --host instead times the host side of an eager call (no graph), stage by stage: the public
@@ -185,7 +187,8 @@ int main(int argc, char **argv)
 {
     rp_dtype dtype = RP_BF16;
     long long hq = 32, hk = 8, d = 128, pool = 1 << 20, max_pos = 131072, sets_opt = 1;
-    int rounds = 25, contiguous = 0, qk_norm = 0, nT = 0, host = 0;
+    int rounds = 25, contiguous = 0, qk_norm = 0, nT = 0, host = 0, style = -1;
+    long long rotary_dim = -1;
     int64_t Ts[MAX_T];
     const bench_shape *preset = NULL;
     const char *variants = "plan;api;floor-empty;floor-empty-pdl;floor-chain;floor-copy";
@@ -197,6 +200,11 @@ int main(int argc, char **argv)
             if ((preset = bench_find_preset(next)) == NULL) { fprintf(stderr, "ropepool-tune-cuda: unknown preset %s\n", next); return 2; }
             i++;
         }
+        else if (!strcmp(a, "--style") && (!strcmp(next, "neox") || !strcmp(next, "gptj"))) {
+            style = !strcmp(next, "gptj") ? RP_ROPE_GPTJ : RP_ROPE_NEOX;
+            i++;
+        }
+        else if (!strcmp(a, "--rotary-dim")) { rotary_dim = atoll(next); i++; }
         else if (!strcmp(a, "--pool")) { pool = atoll(next); i++; }
         else if (!strcmp(a, "--max-pos")) { max_pos = atoll(next); i++; }
         else if (!strcmp(a, "--sets")) { sets_opt = atoll(next); i++; }
@@ -226,6 +234,10 @@ int main(int argc, char **argv)
         po.shape.hq = hq, po.shape.hk = hk, po.shape.d = d, po.shape.rope_base = L.rope_base;
         po.shape.qk_norm = qk_norm;
     }
+    if (style >= 0)
+        po.shape.style = style;
+    if (rotary_dim >= 0)
+        po.shape.rotary_dim = rotary_dim;
     const int table = bench_rope_table(&po.shape, po.inv_freq, &po.attention_scaling);
     if (table < 0)
         return 1;
@@ -271,9 +283,11 @@ int main(int argc, char **argv)
     cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
     double freq[2048]; /* rope_base's table for calls without their own (the public call's cache) */
 
-    printf("dtype %s shape %lld/%lld/%lld%s%s%s pool %lld sets %lld slots %s, median of %d rounds\n", rp_dtype_name(dtype),
-           hq, hk, d, qk_norm ? " qk-norm" : "", preset ? " preset " : "", preset ? preset->name : "", pool, sets_opt,
-           contiguous ? "contiguous" : "random", rounds);
+    printf("dtype %s shape %lld/%lld/%lld %s R=%lld%s%s%s pool %lld sets %lld slots %s, median of %d rounds\n",
+           rp_dtype_name(dtype), hq, hk, d, po.shape.style == RP_ROPE_GPTJ ? "gptj" : "neox",
+           (long long)(po.shape.rotary_dim ? po.shape.rotary_dim : d), qk_norm ? " qk-norm" : "",
+           preset ? " preset " : "", preset ? preset->name : "", pool, sets_opt, contiguous ? "contiguous" : "random",
+           rounds);
     printf("%7s  %-28s %9s %7s  %s\n", "T", "variant", "us/call", "vs plan", "plan (gb x hy x y, chunks, grid, pf, pdl)");
     for (int t = 0; t < nT; t++) {
         const int64_t T = Ts[t];
