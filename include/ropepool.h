@@ -344,13 +344,15 @@ typedef struct rp_rope_pool_args {
  * plus 10 * 2^-24 * s * (|y[a]| + |y[b]|) + s * 2^-148 of the float64 formula (y the float64
  * normalised value, no intermediate rounding; the last term covers normalised values below
  * float32's normal range, whose rounding is absolute), the pass-through dims within one ulp plus
- * 2 * 2^-24 * |y[i]| + 2^-149, on every backend and for every dtype (float32 included). CUDA forms
- * y in float32 for float16 and bfloat16 inputs (pairs of exact squares rounded once and summed in
- * float32 per 16 bytes, rstd rounded to float32, w + offset and two products rounded once each:
- * relative error below 6 * 2^-24, inside the same bounds, which the rounding to the 16-bit dtype
- * dominates) unless the offset is not a float32 value, a head's mean square plus eps lies outside
- * [2^-100, 2^64), or a product overflows float32 (only where |w + offset| exceeds 2^84); those
- * calls, heads and 16-byte vectors, and float32 inputs, take the float64 path above. transformers' Qwen3RMSNorm and
+ * 2 * 2^-24 * |y[i]| + 2^-149, on every backend and for every dtype (float32 included). CUDA and
+ * the CPU's fast levels form y in float32 for float16 and bfloat16 inputs (CUDA: pairs of exact
+ * squares rounded once and summed in float32 per 16 bytes; the CPU: the sum in float64; then rstd
+ * rounded to float32, w + offset and two products rounded once each: relative error below
+ * 6 * 2^-24, inside the same bounds, which the rounding to the 16-bit dtype dominates) unless the
+ * offset is not a float32 value, a head's mean square plus eps lies outside [2^-100, 2^64), or a
+ * product could overflow float32 (CUDA: where |w + offset| exceeds 2^84; the CPU: a weight with
+ * an |w + offset| neither 0 nor in [2^-87, 2^123)); those calls, heads and 16-byte vectors, float32
+ * inputs, and the CPU's reference kernel, take the float64 path above. transformers' Qwen3RMSNorm and
  * Gemma3RMSNorm differ: they round the normalised value x * rstd to the input dtype before
  * multiplying by the weight (and multiply in that dtype), and their RoPE rounds cos, sin, both
  * products and the sum to the dtype: for bfloat16 inputs the two results differ by up to a few

@@ -51,6 +51,45 @@ static void test_float32_weights_and_gemma_offset_at_qwen3_head_size(void)
             run_case(dtypes[d], RP_F32, NORM_BOTH, (double)off, 128, NULL);
 }
 
+/* Values, weights, offsets and eps outside the float32 path's range (16-bit inputs, kernels.h)
+ * take the float64 path, within the same bound: heads of 1e35 and 1e-20, a vector of 1e-30 beside
+ * the rest, bfloat16's smallest subnormals, all-zero heads with eps 1e-300 (rstd 1e150), an offset
+ * of 1e30 (not a float32); weights times 2^60 and 2^90 (the float32 path's largest products) and
+ * 1e-30 (below what it stages). */
+static void test_extreme_magnitudes_within_bound(void)
+{
+    static const struct {
+        int extreme_values;
+        double eps, weight_scale;
+    } cases[] = {{1, 0.0, 0.0}, {1, 1e-300, 0.0}, {0, 1e-300, 0.0}, {0, 0.0, 0x1p60}, {0, 0.0, 0x1p90}, {0, 0.0, 1e-30}};
+    static const double offsets[] = {0.0, 1.0, 1e30};
+    for (int d = 0; d < 3; d++)
+        for (int c = 0; c < 6; c++)
+            for (int o = 0; o < 3; o++) {
+                if (c >= 3 && o == 2)
+                    continue; /* weights near -1e30 times those factors: not float32 values */
+                /* an offset of 1e30 or those factors in f16 weights would be out of range */
+                const rp_dtype wdt = (c + d) % 2 || o == 2 || (c >= 3 && dtypes[d] == RP_F16) ? RP_F32 : dtypes[d];
+                fixture f;
+                norm_weights w;
+                fixture_init(&f, &rng, 6, 8, 2, 128, 32, dtypes[d], RP_I64, 100000, 1);
+                (cases[c].extreme_values ? extreme_heads : scale_heads)(&f);
+                set_norm(&rng, &f, &w, NORM_BOTH, wdt, offsets[o]);
+                if (cases[c].eps)
+                    f.args.norm_eps = cases[c].eps;
+                if (cases[c].weight_scale)
+                    scale_weights(&f, &w, wdt, cases[c].weight_scale);
+                char what[160];
+                snprintf(what, sizeof what, "extremes %d %s weights %s offset %g", c, rp_dtype_name(dtypes[d]),
+                         rp_dtype_name(wdt), offsets[o]);
+                call_ok(&f.args, what);
+                verify_outputs(&f.args, &f.args, what);
+                free(w.q);
+                free(w.k);
+                fixture_free(&f);
+            }
+}
+
 /* head_dim > RP_CPU_NORM_MAX_DIM: the reference kernel takes the call, with the same contract. */
 static void test_wide_normalised_heads_take_the_reference_kernel(void)
 {
@@ -240,6 +279,7 @@ int main(void)
     ctx = level_suite_context();
     RUN(test_normalised_heads_match_the_float64_formula_with_every_variant);
     RUN(test_float32_weights_and_gemma_offset_at_qwen3_head_size);
+    RUN(test_extreme_magnitudes_within_bound);
     RUN(test_wide_normalised_heads_take_the_reference_kernel);
     RUN(test_in_place_normalised_call);
     RUN(test_normalised_fused_qkv_views);

@@ -269,4 +269,36 @@ static inline void scale_heads(fixture *f)
     }
 }
 
+/* Heads of extreme magnitudes (the float64 paths: CUDA's items.cuh, the CPU's kernels.h): per
+ * head, values times 1e35, 1e-20, or one 16-byte vector of the head 1e-30 beside the rest (a lane's squares
+ * underflowing float32 while the head's sum does not), or 1e9 with one vector 1e-49 (in bfloat16
+ * its smallest subnormals: x / rms near 2^-163, the float32 path's smallest), or an all-zero head;
+ * f16 cannot hold them and keeps its values. */
+static inline void extreme_heads(fixture *f)
+{
+    static const double factors[] = {1e35, 1e-20, 1.0, 0.0, 1.0, 1e9};
+    const int big = f->dtype != RP_F16;
+    for (int64_t t = 0; t < f->T; t++)
+        for (int64_t h = 0; h < f->Hq + f->Hk; h++) {
+            void *x = h < f->Hq ? f->q : f->k;
+            const int64_t row = (t * (h < f->Hq ? f->Hq : f->Hk) + (h < f->Hq ? h : h - f->Hq)) * f->D;
+            const int kind = (int)((t + h) % 6);
+            for (int64_t i = 0; i < f->D; i++) {
+                double factor = big || factors[kind] == 0.0 ? factors[kind] : 1.0;
+                if ((kind == 2 || kind == 5) && big && i < 16 / (int64_t)rp_dtype_size(f->dtype))
+                    factor = kind == 2 ? 1e-30 : 1e-49;
+                test_store(x, f->dtype, row + i, test_load(x, f->dtype, row + i) * factor);
+            }
+        }
+}
+
+/* Every weight of w (q's and k's) times factor. */
+static inline void scale_weights(const fixture *f, const norm_weights *w, rp_dtype wdt, double factor)
+{
+    for (int64_t i = 0; i < f->D; i++) {
+        test_store(w->q, wdt, i, test_load(w->q, wdt, i) * factor);
+        test_store(w->k, wdt, i, test_load(w->k, wdt, i) * factor);
+    }
+}
+
 #endif /* RP_TEST_VERIFY_H */

@@ -131,8 +131,9 @@ static void rope_pool_portable(const rp_problem *p, rp_parts parts, int64_t t_be
     const float k_inv_scale = (float)(1.0 / p->k_scale);
     float cs[CHUNK], sn[CHUNK], normed[RP_CPU_NORM_MAX_DIM];
     double angles[CHUNK]; /* mRoPE */
-    double q_gain[RP_CPU_NORM_MAX_DIM], k_gain[RP_CPU_NORM_MAX_DIM];
-    const double *qg = rp_cpu_norm_gains(p, &p->q_norm, q_gain), *kg = rp_cpu_norm_gains(p, &p->k_norm, k_gain);
+    rp_cpu_norm q_factors, k_factors;
+    const rp_cpu_norm *qg = rp_cpu_norm_prepare(p, &p->q_norm, &q_factors);
+    const rp_cpu_norm *kg = rp_cpu_norm_prepare(p, &p->k_norm, &k_factors);
     for (int64_t t = t_begin; t < t_end; t++) {
         const int64_t pos = rp_load_index(p->positions, p->pos_dtype, p->pos_stride, t);
         const int64_t slot = rp_load_index(p->slots, p->slot_dtype, p->slot_stride, t);

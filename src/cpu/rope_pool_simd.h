@@ -274,19 +274,19 @@ static RP_ALWAYS_INLINE void simd_rotate_pairs(const rp_problem *p, rp_dtype dt,
     }
 }
 
-/* QK-norm (gain = w + offset, see kernels.h): the head row, one chunk by rp_cpu_norm_fits, is
+/* QK-norm (norm: the weight's factors, kernels.h): the head row, one chunk by rp_cpu_norm_fits, is
  * normalised into a float32 row y, rotated in float32 into a second row (the pass-through dims
  * keep y), and that row is narrowed to dst and the pool (fp8: fp8(x' * inv_scale) of the float32
  * x', as without the norm). Reading the whole row first keeps the in-place call safe. */
 static RP_ALWAYS_INLINE void simd_norm_head(const rp_problem *p, rp_dtype dt, rp_dtype pool_dt, int stream_dst,
                                             int stream_pool, const char *src, char *dst, char *pool,
-                                            const double *gain, int64_t n, const float *tc, const float *ts,
+                                            const rp_cpu_norm *norm, int64_t n, const float *tc, const float *ts,
                                             float inv_scale)
 {
     const int64_t R = p->rotary_dim, D = p->head_dim;
     float y[RP_CPU_NORM_MAX_DIM] __attribute__((aligned(64)));
     float out[RP_CPU_NORM_MAX_DIM] __attribute__((aligned(64)));
-    rp_cpu_norm_row(p, dt, src, gain, y);
+    rp_cpu_norm_row(p, dt, src, norm, y);
     simd_rotate_pairs(p, RP_F32, RP_F32, 0, 0, (const char *)y, (char *)out, NULL, 0, n, tc, ts, 1.0f);
     memcpy(out + R, y + R, (size_t)(D - R) * sizeof(float));
     simd_narrow(dt, stream_dst, dst, out, D);
@@ -299,16 +299,16 @@ static RP_ALWAYS_INLINE void simd_norm_head(const rp_problem *p, rp_dtype dt, rp
 /* One head row src -> dst (and pool unless NULL): pairs [i0, i0 + n) and, with the last chunk,
  * the pass-through dims R..D-1 (not copied onto themselves in place). With SIMD_STAGE and a
  * streaming output, the row (one chunk, by simd_streaming) goes through an L1 scratch row. With
- * QK-norm (gain not NULL), simd_norm_head. */
+ * QK-norm (norm not NULL), simd_norm_head. */
 static RP_ALWAYS_INLINE void simd_head(const rp_problem *p, rp_dtype dt, rp_dtype pool_dt, int mode,
                                        int stream_dst, int stream_pool, const char *src, char *dst, char *pool,
                                        int64_t i0, int64_t n, const float *tc, const float *ts, float inv_scale,
-                                       const double *gain)
+                                       const rp_cpu_norm *norm)
 {
     const int64_t elem = dt == RP_F32 ? 4 : 2, pool_elem = pool_dt == dt ? elem : 1;
     const int64_t R = p->rotary_dim, D = p->head_dim;
-    if (gain) {
-        simd_norm_head(p, dt, pool_dt, stream_dst, stream_pool, src, dst, pool, gain, n, tc, ts, inv_scale);
+    if (norm) {
+        simd_norm_head(p, dt, pool_dt, stream_dst, stream_pool, src, dst, pool, norm, n, tc, ts, inv_scale);
         return;
     }
     if ((mode & SIMD_STAGE) && (stream_dst || (pool && stream_pool))) {
@@ -381,9 +381,9 @@ static RP_ALWAYS_INLINE void simd_rope_pool_pass(const rp_problem *p, rp_parts p
     double angles[SIMD_CHUNK]; /* mRoPE */
     const float *tc = gptj ? cd : cs, *ts = gptj ? sd : sn;
     const int q_gaps = q && p->q_stride[1] != p->head_dim; /* see simd_prefetch_q_row */
-    double q_gain[RP_CPU_NORM_MAX_DIM], k_gain[RP_CPU_NORM_MAX_DIM];
-    const double *qg = q ? rp_cpu_norm_gains(p, &p->q_norm, q_gain) : NULL;
-    const double *kg = kv ? rp_cpu_norm_gains(p, &p->k_norm, k_gain) : NULL;
+    rp_cpu_norm q_factors, k_factors;
+    const rp_cpu_norm *qg = q ? rp_cpu_norm_prepare(p, &p->q_norm, &q_factors) : NULL;
+    const rp_cpu_norm *kg = kv ? rp_cpu_norm_prepare(p, &p->k_norm, &k_factors) : NULL;
     for (int64_t t = t_begin; pools && t < t_end && t < t_begin + SIMD_TOUCH_AHEAD; t++)
         simd_touch_pool_rows(p, t, pool_elem);
     for (int64_t t = t_begin; t < t_end; t++) {
