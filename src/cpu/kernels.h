@@ -122,7 +122,7 @@ static inline void rp_cpu_norm_row(const rp_problem *p, rp_dtype dt, const char 
     /* sum / D, by the exact reciprocal where D is a power of two (the same value, no division) */
     const double mean = (D & (D - 1)) == 0 ? sum * (1.0 / (double)D) : sum / (double)D;
     const double v = mean + p->norm_eps, rstd = 1.0 / sqrt(v);
-    if (n->float32 && dt != RP_F32 && v >= 0x1p-100 && v < 0x1p64) { /* false for NaN */
+    if (n->float32 && v >= 0x1p-100 && v < 0x1p64) { /* n->float32: 16-bit inputs; false for NaN */
         const float scaled = (float)rstd * 0x1p39f;
         for (i = 0; i < D; i++)
             y[i] = (y[i] * scaled) * n->staged[i];
