@@ -107,9 +107,9 @@ static RP_ALWAYS_INLINE void store8(rp_dtype dt, int stream, char *p, __m256 v)
         _mm_storeu_si128((__m128i *)p, h);
 }
 
-/* The fp8 conversion of the AVX-512 kernel (fp8_convert16 there) on 8 lanes, returned in the low
- * 8 bytes. */
-static RP_ALWAYS_INLINE __m128i fp8_convert8(rp_dtype fmt, __m256 v)
+/* The fp8 conversion of the AVX-512 kernel (fp8_convert16 there) on 8 lanes: each lane's code
+ * (sign in bit 7) in its low byte. */
+static RP_ALWAYS_INLINE __m256i fp8_codes8(rp_dtype fmt, __m256 v)
 {
     const int e5m2 = fmt == RP_F8_E5M2, mant = e5m2 ? 2 : 3, shift = 23 - mant, bias = e5m2 ? 15 : 7;
     const int min_normal = (127 + 1 - bias) << 23, max_bits = e5m2 ? 0x47600000 : 0x43e00000;
@@ -125,19 +125,37 @@ static RP_ALWAYS_INLINE __m128i fp8_convert8(rp_dtype fmt, __m256 v)
     code = _mm256_blendv_epi8(code, sub, _mm256_cmpgt_epi32(_mm256_set1_epi32(min_normal), c));
     code = _mm256_blendv_epi8(code, _mm256_set1_epi32(e5m2 ? 0x7e : 0x7f),
                               _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000)));
-    code = _mm256_or_si256(code, _mm256_srli_epi32(_mm256_andnot_si256(a, u), 24));
-    const __m256i bytes = _mm256_packus_epi16(_mm256_packus_epi32(code, code), _mm256_setzero_si256());
-    return _mm_unpacklo_epi32(_mm256_castsi256_si128(bytes), _mm256_extracti128_si256(bytes, 1));
+    return _mm256_or_si256(code, _mm256_srli_epi32(_mm256_andnot_si256(a, u), 24));
 }
 
 /* 8 values times inv_scale as fp8 codes at p (8 bytes; streaming: movnti, p 8-byte aligned). */
 static RP_ALWAYS_INLINE void store8_fp8(rp_dtype fmt, int stream, char *p, __m256 v, __m256 inv_scale)
 {
-    const __m128i codes = fp8_convert8(fmt, _mm256_mul_ps(v, inv_scale));
+    const __m256i code = fp8_codes8(fmt, _mm256_mul_ps(v, inv_scale));
+    const __m256i bytes = _mm256_packus_epi16(_mm256_packus_epi32(code, code), _mm256_setzero_si256());
+    const __m128i codes = _mm_unpacklo_epi32(_mm256_castsi256_si128(bytes), _mm256_extracti128_si256(bytes, 1));
     if (stream)
         _mm_stream_si64((long long *)p, _mm_cvtsi128_si64(codes));
     else
         _mm_storel_epi64((__m128i *)p, codes);
+}
+
+/* 16 values (v, then w) times inv_scale as fp8 codes at p: both packed at once and one 16-byte
+ * store (streaming: movntdq, p 16-byte aligned), half the packing and stores of two store8_fp8. */
+static RP_ALWAYS_INLINE void store16_fp8(rp_dtype fmt, int stream, char *p, __m256 v, __m256 w, __m256 inv_scale)
+{
+    const __m256i cv = fp8_codes8(fmt, _mm256_mul_ps(v, inv_scale));
+    const __m256i cw = fp8_codes8(fmt, _mm256_mul_ps(w, inv_scale));
+    /* Per 128-bit lane the packs interleave v and w in groups of 4 codes: dwords v0-3 w0-3 . .
+     * | v4-7 w4-7 . .; the permutation puts them in order. */
+    const __m256i words = _mm256_packus_epi32(cv, cw);
+    const __m256i bytes = _mm256_packus_epi16(words, words);
+    const __m128i codes = _mm256_castsi256_si128(
+        _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 0, 4, 1, 5)));
+    if (stream)
+        _mm_stream_si128((__m128i *)p, codes);
+    else
+        _mm_storeu_si128((__m128i *)p, codes);
 }
 
 /* rope_pool_simd8.h's two rotations of 8 float32 values. */

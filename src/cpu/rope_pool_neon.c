@@ -168,6 +168,18 @@ static RP_ALWAYS_INLINE void store8_fp8(rp_dtype fmt, int stream, char *p, half8
     vst1_u8((uint8_t *)p, vmovn_u16(vcombine_u16(lo, hi)));
 }
 
+/* 16 values (v, then w) times inv_scale as fp8 codes at p (16 bytes). */
+static RP_ALWAYS_INLINE void store16_fp8(rp_dtype fmt, int stream, char *p, half8 v, half8 w,
+                                         float32x4_t inv_scale)
+{
+    (void)stream;
+    const uint16x8_t lo = vcombine_u16(vmovn_u32(fp8_convert4(fmt, vmulq_f32(v.lo, inv_scale))),
+                                       vmovn_u32(fp8_convert4(fmt, vmulq_f32(v.hi, inv_scale))));
+    const uint16x8_t hi = vcombine_u16(vmovn_u32(fp8_convert4(fmt, vmulq_f32(w.lo, inv_scale))),
+                                       vmovn_u32(fp8_convert4(fmt, vmulq_f32(w.hi, inv_scale))));
+    vst1q_u8((uint8_t *)p, vcombine_u8(vmovn_u16(lo), vmovn_u16(hi)));
+}
+
 /* x' = fma(x, c, -(y * s)) and y' = fma(y, c, x * s), as the x86 kernels round them (negation is
  * exact, so x * c - y * s with one rounding of the fma is the same value). */
 static RP_ALWAYS_INLINE void rotate4(float32x4_t x, float32x4_t y, const float *cs, const float *sn,
