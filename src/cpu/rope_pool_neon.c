@@ -168,6 +168,13 @@ static RP_ALWAYS_INLINE void store8_fp8(rp_dtype fmt, int stream, char *p, half8
     vst1_u8((uint8_t *)p, vmovn_u16(vcombine_u16(lo, hi)));
 }
 
+/* 16 values (v, then w) rounded to dtype dt at p. */
+static RP_ALWAYS_INLINE void store16(rp_dtype dt, int stream, char *p, half8 v, half8 w)
+{
+    store8(dt, stream, p, v);
+    store8(dt, stream, p + (dt == RP_F32 ? 32 : 16), w);
+}
+
 /* 16 values (v, then w) times inv_scale as fp8 codes at p (16 bytes). */
 static RP_ALWAYS_INLINE void store16_fp8(rp_dtype fmt, int stream, char *p, half8 v, half8 w,
                                          float32x4_t inv_scale)

@@ -10,8 +10,11 @@
  *   load8(dt, p)            8 elements of dtype dt at p, widened to float32
  *   store8(dt, stream, p, v)           v rounded to dtype dt at p (streaming if asked)
  *   store8_fp8(fmt, stream, p, v, s)   fp8(v * s) in format fmt: 8 bytes at p
- *   store16_fp8(fmt, stream, p, v, w, s)  the same for v then w: 16 bytes at p (streaming: p
- *                                      16-byte aligned)
+ *   store16(dt, stream, p, v, w)       store8 of v then w (streaming: p 32-byte aligned)
+ *   store16_fp8(fmt, stream, p, v, w, s)  the same for fp8: 16 bytes at p (streaming: p 16-byte
+ *                                      aligned)
+ * The rotation loops step 16 values at a time where they can, so that an ISA may pack two steps'
+ * results into one store (a streamed row is whole lines: its 16-value stores stay aligned).
  *   rotate8_values(x, y, cs, sn, &x', &y')  NeoX: x' = fma(x, c, -(y * n)), y' = fma(y, c, x * n)
  *   rotate_pairs8_values(v, cd, sd)    GPT-J: fma(v, cd, swap_pairs(v) * sd)
  * An ISA without streaming stores ignores `stream` (SIMD_STREAMING_STORES 0 keeps it 0).
@@ -42,21 +45,24 @@ static RP_ALWAYS_INLINE void rotate8(rp_dtype dt, rp_dtype pool_dt, int stream_d
     store8_outputs(dt, pool_dt, stream_dst, stream_pool, yd, xp ? yp : NULL, out_y, inv_scale);
 }
 
-/* 16 NeoX pairs (two rotate8 steps) to an fp8 pool: each half's 16 codes in one store16_fp8. */
-static RP_ALWAYS_INLINE void rotate16_fp8(rp_dtype dt, rp_dtype pool_dt, int stream_dst, int stream_pool,
-                                          const char *xs, const char *ys, char *xd, char *yd, char *xp, char *yp,
-                                          const float *cs, const float *sn, simd8_scale inv_scale)
+/* 16 NeoX pairs, two rotate8 steps whose halves leave in one store16 (store16_fp8) each. */
+static RP_ALWAYS_INLINE void rotate16(rp_dtype dt, rp_dtype pool_dt, int stream_dst, int stream_pool,
+                                      const char *xs, const char *ys, char *xd, char *yd, char *xp, char *yp,
+                                      const float *cs, const float *sn, simd8_scale inv_scale)
 {
     const int64_t eight = dt == RP_F32 ? 32 : 16;
     simd8 x0, y0, x1, y1;
     rotate8_values(load8(dt, xs), load8(dt, ys), cs, sn, &x0, &y0);
     rotate8_values(load8(dt, xs + eight), load8(dt, ys + eight), cs + 8, sn + 8, &x1, &y1);
-    store8(dt, stream_dst, xd, x0);
-    store8(dt, stream_dst, xd + eight, x1);
-    store8(dt, stream_dst, yd, y0);
-    store8(dt, stream_dst, yd + eight, y1);
-    store16_fp8(pool_dt, stream_pool, xp, x0, x1, inv_scale);
-    store16_fp8(pool_dt, stream_pool, yp, y0, y1, inv_scale);
+    store16(dt, stream_dst, xd, x0, x1);
+    store16(dt, stream_dst, yd, y0, y1);
+    if (xp && pool_dt == dt) {
+        store16(dt, stream_pool, xp, x0, x1);
+        store16(dt, stream_pool, yp, y0, y1);
+    } else if (xp) {
+        store16_fp8(pool_dt, stream_pool, xp, x0, x1, inv_scale);
+        store16_fp8(pool_dt, stream_pool, yp, y0, y1, inv_scale);
+    }
 }
 
 static RP_ALWAYS_INLINE void simd_rotate(rp_dtype dt, rp_dtype pool_dt, int stream_dst, int stream_pool,
@@ -66,10 +72,12 @@ static RP_ALWAYS_INLINE void simd_rotate(rp_dtype dt, rp_dtype pool_dt, int stre
     const int64_t elem = dt == RP_F32 ? 4 : 2, hb = half * elem, pool_elem = pool_dt == dt ? elem : 1;
     const simd8_scale scale = SIMD8_SCALE(inv_scale);
     int64_t j = 0;
-    if (pool && pool_dt != dt) /* fp8 codes 16 at a time (a streamed row's stores stay aligned) */
-        for (; j + 16 <= n; j += 16)
-            rotate16_fp8(dt, pool_dt, stream_dst, stream_pool, src + j * elem, src + j * elem + hb, dst + j * elem,
-                         dst + j * elem + hb, pool + j, pool + j + half, cs + j, sn + j, scale);
+    for (; j + 16 <= n; j += 16) {
+        const int64_t at = j * elem, pool_at = j * pool_elem;
+        rotate16(dt, pool_dt, stream_dst, stream_pool, src + at, src + at + hb, dst + at, dst + at + hb,
+                 pool ? pool + pool_at : NULL, pool ? pool + pool_at + half * pool_elem : NULL, cs + j, sn + j,
+                 scale);
+    }
     for (; j + 8 <= n; j += 8) {
         const int64_t at = j * elem, pool_at = j * pool_elem;
         rotate8(dt, pool_dt, stream_dst, stream_pool, src + at, src + at + hb, dst + at, dst + at + hb,
@@ -118,14 +126,15 @@ static RP_ALWAYS_INLINE void simd_rotate_interleaved(rp_dtype dt, rp_dtype pool_
     const int64_t elem = dt == RP_F32 ? 4 : 2, pool_elem = pool_dt == dt ? elem : 1;
     const simd8_scale scale = SIMD8_SCALE(inv_scale);
     int64_t i = 0;
-    if (pool && pool_dt != dt) /* fp8 codes 16 at a time, as simd_rotate */
-        for (; i + 16 <= n; i += 16) {
-            const simd8 v0 = rotate_pairs8_values(load8(dt, src + i * elem), cd + i, sd + i);
-            const simd8 v1 = rotate_pairs8_values(load8(dt, src + (i + 8) * elem), cd + i + 8, sd + i + 8);
-            store8(dt, stream_dst, dst + i * elem, v0);
-            store8(dt, stream_dst, dst + (i + 8) * elem, v1);
+    for (; i + 16 <= n; i += 16) { /* 16 at a time, as simd_rotate */
+        const simd8 v0 = rotate_pairs8_values(load8(dt, src + i * elem), cd + i, sd + i);
+        const simd8 v1 = rotate_pairs8_values(load8(dt, src + (i + 8) * elem), cd + i + 8, sd + i + 8);
+        store16(dt, stream_dst, dst + i * elem, v0, v1);
+        if (pool && pool_dt == dt)
+            store16(dt, stream_pool, pool + i * elem, v0, v1);
+        else if (pool)
             store16_fp8(pool_dt, stream_pool, pool + i, v0, v1, scale);
-        }
+    }
     for (; i + 8 <= n; i += 8)
         rotate_pairs8(dt, pool_dt, stream_dst, stream_pool, src + i * elem, dst + i * elem,
                       pool ? pool + i * pool_elem : NULL, cd + i, sd + i, scale);
@@ -151,6 +160,9 @@ static RP_ALWAYS_INLINE void simd_narrow(rp_dtype dt, int stream, char *dst, con
 {
     const int64_t elem = dt == RP_F32 ? 4 : 2;
     int64_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        store16(dt, stream, dst + j * elem, load8(RP_F32, (const char *)(src + j)),
+                load8(RP_F32, (const char *)(src + j + 8)));
     for (; j + 8 <= n; j += 8)
         store8(dt, stream, dst + j * elem, load8(RP_F32, (const char *)(src + j)));
     if (j < n) { /* the last n - j < 8 values through a zero-padded copy */
