@@ -123,8 +123,10 @@ static RP_ALWAYS_INLINE void store16(rp_dtype dt, int stream, char *p, __m256 v,
     }
     __m256i h;
     if (dt == RP_F16) {
-        const int mode = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-        h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm256_cvtps_ph(v, mode)), _mm256_cvtps_ph(w, mode), 1);
+        /* the rounding mode spelled out: an immediate even where nothing is optimised (make asan) */
+        h = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)),
+            _mm256_cvtps_ph(w, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), 1);
     } else { /* the pack interleaves v and w by 4 per 128-bit lane; the permutation restores order */
         h = _mm256_permute4x64_epi64(_mm256_packus_epi32(bf16_lanes(v), bf16_lanes(w)), 0xd8);
     }
