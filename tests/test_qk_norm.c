@@ -90,6 +90,29 @@ static void test_extreme_magnitudes_within_bound(void)
             }
 }
 
+/* A NaN weight whose float32 bits are all ones: its dimension's outputs are NaN in q_rot, k_rot and
+ * the pool (and only those: the reference checks every other one). Rounded to bf16 without the
+ * NaN test, those bits carry into the sign bit and give -0. */
+static void test_nan_weights_give_nan_outputs(void)
+{
+    static const uint32_t nan_bits = 0xffffffffu >> 1;
+    for (int d = 1; d < 3; d++) {
+        fixture f;
+        norm_weights w;
+        fixture_init(&f, &rng, 5, 4, 2, 64, 16, dtypes[d], RP_I32, 4096, 1);
+        set_norm(&rng, &f, &w, NORM_BOTH, RP_F32, 0.0);
+        memcpy((float *)w.q + 5, &nan_bits, sizeof nan_bits);
+        memcpy((float *)w.k + 40, &nan_bits, sizeof nan_bits);
+        char what[64];
+        snprintf(what, sizeof what, "NaN weights, %s", rp_dtype_name(dtypes[d]));
+        call_ok(&f.args, what);
+        verify_outputs(&f.args, &f.args, what);
+        free(w.q);
+        free(w.k);
+        fixture_free(&f);
+    }
+}
+
 /* head_dim > RP_CPU_NORM_MAX_DIM: the reference kernel takes the call, with the same contract. */
 static void test_wide_normalised_heads_take_the_reference_kernel(void)
 {
@@ -280,6 +303,7 @@ int main(void)
     RUN(test_normalised_heads_match_the_float64_formula_with_every_variant);
     RUN(test_float32_weights_and_gemma_offset_at_qwen3_head_size);
     RUN(test_extreme_magnitudes_within_bound);
+    RUN(test_nan_weights_give_nan_outputs);
     RUN(test_wide_normalised_heads_take_the_reference_kernel);
     RUN(test_in_place_normalised_call);
     RUN(test_normalised_fused_qkv_views);

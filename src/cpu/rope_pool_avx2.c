@@ -83,10 +83,9 @@ static RP_ALWAYS_INLINE __m256i bf16_lanes(__m256 v)
     const __m256i lsb = _mm256_and_si256(high, _mm256_set1_epi32(1));
     const __m256i bias = _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb);
     const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, bias), 16);
-    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
-                                           _mm256_set1_epi32(0x7f800000));
     const __m256i quiet = _mm256_or_si256(high, _mm256_set1_epi32(0x40));
-    return _mm256_blendv_epi8(rounded, quiet, nan);
+    const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q); /* one compare, no |u| */
+    return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(rounded), _mm256_castsi256_ps(quiet), nan));
 }
 
 static RP_ALWAYS_INLINE __m128i float_to_bf16(__m256 v)
