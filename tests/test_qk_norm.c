@@ -15,6 +15,16 @@ static void call_ok(rp_rope_pool_args *a, const char *what)
     call_ok_on(ctx, a, what);
 }
 
+/* Makes f's call, checks every output against the float64 formula, and frees f and w. */
+static void call_verify_free(fixture *f, norm_weights *w, const char *what)
+{
+    call_ok(&f->args, what);
+    verify_outputs(&f->args, &f->args, what);
+    free(w->q);
+    free(w->k);
+    fixture_free(f);
+}
+
 static void run_case(rp_dtype dt, rp_dtype wdt, int which, double offset, int64_t D, const rope_variant *v)
 {
     fixture f;
@@ -28,11 +38,7 @@ static void run_case(rp_dtype dt, rp_dtype wdt, int which, double offset, int64_
     snprintf(what, sizeof what, "%s weights %s %s offset %g D %lld %s", rp_dtype_name(dt), rp_dtype_name(wdt),
              which == NORM_BOTH ? "q+k" : which == NORM_Q ? "q only" : "k only", offset, (long long)D,
              v ? variant_name(v, D, vname, sizeof vname) : "");
-    call_ok(&f.args, what);
-    verify_outputs(&f.args, &f.args, what);
-    free(w.q);
-    free(w.k);
-    fixture_free(&f);
+    call_verify_free(&f, &w, what);
 }
 
 static void test_normalised_heads_match_the_float64_formula_with_every_variant(void)
@@ -82,11 +88,7 @@ static void test_extreme_magnitudes_within_bound(void)
                 char what[160];
                 snprintf(what, sizeof what, "extremes %d %s weights %s offset %g", c, rp_dtype_name(dtypes[d]),
                          rp_dtype_name(wdt), offsets[o]);
-                call_ok(&f.args, what);
-                verify_outputs(&f.args, &f.args, what);
-                free(w.q);
-                free(w.k);
-                fixture_free(&f);
+                call_verify_free(&f, &w, what);
             }
 }
 
@@ -105,11 +107,7 @@ static void test_nan_weights_give_nan_outputs(void)
         memcpy((float *)w.k + 40, &nan_bits, sizeof nan_bits);
         char what[64];
         snprintf(what, sizeof what, "NaN weights, %s", rp_dtype_name(dtypes[d]));
-        call_ok(&f.args, what);
-        verify_outputs(&f.args, &f.args, what);
-        free(w.q);
-        free(w.k);
-        fixture_free(&f);
+        call_verify_free(&f, &w, what);
     }
 }
 

@@ -45,6 +45,17 @@ static RP_ALWAYS_INLINE void rotate8(rp_dtype dt, rp_dtype pool_dt, int stream_d
     store8_outputs(dt, pool_dt, stream_dst, stream_pool, yd, xp ? yp : NULL, out_y, inv_scale);
 }
 
+/* store8_outputs for 16 values (v, then w): one store16 / store16_fp8 each. */
+static RP_ALWAYS_INLINE void store16_outputs(rp_dtype dt, rp_dtype pool_dt, int stream_dst, int stream_pool,
+                                             char *dst, char *pool, simd8 v, simd8 w, simd8_scale inv_scale)
+{
+    store16(dt, stream_dst, dst, v, w);
+    if (pool && pool_dt == dt)
+        store16(dt, stream_pool, pool, v, w);
+    else if (pool)
+        store16_fp8(pool_dt, stream_pool, pool, v, w, inv_scale);
+}
+
 /* 16 NeoX pairs, two rotate8 steps whose halves leave in one store16 (store16_fp8) each. */
 static RP_ALWAYS_INLINE void rotate16(rp_dtype dt, rp_dtype pool_dt, int stream_dst, int stream_pool,
                                       const char *xs, const char *ys, char *xd, char *yd, char *xp, char *yp,
@@ -54,15 +65,8 @@ static RP_ALWAYS_INLINE void rotate16(rp_dtype dt, rp_dtype pool_dt, int stream_
     simd8 x0, y0, x1, y1;
     rotate8_values(load8(dt, xs), load8(dt, ys), cs, sn, &x0, &y0);
     rotate8_values(load8(dt, xs + eight), load8(dt, ys + eight), cs + 8, sn + 8, &x1, &y1);
-    store16(dt, stream_dst, xd, x0, x1);
-    store16(dt, stream_dst, yd, y0, y1);
-    if (xp && pool_dt == dt) {
-        store16(dt, stream_pool, xp, x0, x1);
-        store16(dt, stream_pool, yp, y0, y1);
-    } else if (xp) {
-        store16_fp8(pool_dt, stream_pool, xp, x0, x1, inv_scale);
-        store16_fp8(pool_dt, stream_pool, yp, y0, y1, inv_scale);
-    }
+    store16_outputs(dt, pool_dt, stream_dst, stream_pool, xd, xp, x0, x1, inv_scale);
+    store16_outputs(dt, pool_dt, stream_dst, stream_pool, yd, xp ? yp : NULL, y0, y1, inv_scale);
 }
 
 static RP_ALWAYS_INLINE void simd_rotate(rp_dtype dt, rp_dtype pool_dt, int stream_dst, int stream_pool,
@@ -129,11 +133,8 @@ static RP_ALWAYS_INLINE void simd_rotate_interleaved(rp_dtype dt, rp_dtype pool_
     for (; i + 16 <= n; i += 16) { /* 16 at a time, as simd_rotate */
         const simd8 v0 = rotate_pairs8_values(load8(dt, src + i * elem), cd + i, sd + i);
         const simd8 v1 = rotate_pairs8_values(load8(dt, src + (i + 8) * elem), cd + i + 8, sd + i + 8);
-        store16(dt, stream_dst, dst + i * elem, v0, v1);
-        if (pool && pool_dt == dt)
-            store16(dt, stream_pool, pool + i * elem, v0, v1);
-        else if (pool)
-            store16_fp8(pool_dt, stream_pool, pool + i, v0, v1, scale);
+        store16_outputs(dt, pool_dt, stream_dst, stream_pool, dst + i * elem, pool ? pool + i * pool_elem : NULL,
+                        v0, v1, scale);
     }
     for (; i + 8 <= n; i += 8)
         rotate_pairs8(dt, pool_dt, stream_dst, stream_pool, src + i * elem, dst + i * elem,
