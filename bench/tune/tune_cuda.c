@@ -288,7 +288,7 @@ int main(int argc, char **argv)
            (long long)(po.shape.rotary_dim ? po.shape.rotary_dim : d), qk_norm ? " qk-norm" : "",
            preset ? " preset " : "", preset ? preset->name : "", pool, sets_opt, contiguous ? "contiguous" : "random",
            rounds);
-    printf("%7s  %-28s %9s %7s  %s\n", "T", "variant", "us/call", "vs plan", "plan (gb x hy x y, chunks, grid, pf, pdl)");
+    printf("%7s  %-28s %9s %7s  %s\n", "T", "variant", "us/call", "vs plan", "plan (gb x hy x y, chunks x head chunks, grid, pf, pdl)");
     for (int t = 0; t < nT; t++) {
         const int64_t T = Ts[t];
         rp_device dev = {RP_DEVICE_CUDA, 0};
@@ -369,8 +369,9 @@ int main(int argc, char **argv)
             const rp_cuda_plan *pl = &vs[i].plan;
             char desc[128] = "";
             if (vs[i].floor < 0)
-                snprintf(desc, sizeof desc, "%s %d x %d x %d, %d, %u, %d, %d", pl->vectorized ? "vec" : "strided",
-                         pl->groups_per_block, pl->heads_per_pass, pl->tokens_per_block, pl->chunks, pl->grid,
+                snprintf(desc, sizeof desc, "%s %d x %d x %d, %d x %d, %u, %d, %d",
+                         pl->vectorized ? "vec" : "strided", pl->groups_per_block, pl->heads_per_pass,
+                         pl->tokens_per_block, pl->chunks, pl->head_chunks, pl->grid,
                          pl->items_per_thread, pl->overlap_launch);
             printf("%7lld  %-28s %9.3f %7.3f  %s\n", (long long)T, vs[i].spec, us, plan_us > 0 ? us / plan_us : 0.0, desc);
             tune_destroy_graph(vs[i].exec);

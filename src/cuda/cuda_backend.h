@@ -40,7 +40,7 @@ typedef struct rp_cuda_state {
 typedef struct rp_cuda_plan {
     int vectorized;          /* 1: 16-byte kernel; 0: the plain strided kernel                   */
     /* vectorized kernel: block (groups_per_block, heads_per_pass, tokens_per_block), grid (grid,
-     * chunks). A frequency group is the 16 bytes of pairs one thread rotates in one head.        */
+     * chunks, head_chunks). A frequency group is the 16 bytes of pairs one thread rotates in one head.        */
     int groups_per_block;    /* a token's groups one block serves; the token spans `chunks` blocks */
     int chunks;
     int heads;               /* heads the call touches: Hq + Hk + Hk v_pieces (all), Hq + Hk
@@ -48,6 +48,8 @@ typedef struct rp_cuda_plan {
     int v_pieces;            /* vectorized: v and v_pool read as Hk v_pieces heads of D dims (Dv /
                                 D: MLA's latent row; 1 when Dv = D)                              */
     int heads_per_pass;      /* blockDim.y; a thread serves heads y, y + heads_per_pass, ...     */
+    int head_chunks;         /* gridDim.z: QK-norm decode splits a token's heads over this many
+                                blocks (block z: heads z heads_per_pass ..), else 1              */
     int items_per_thread;    /* heads per thread whose loads are issued before the barrier: 1 runs
                                 the decode kernel, 2 or 4 the prefill kernel                     */
     int tokens_per_block;    /* blockDim.z: tokens sharing one block                              */

@@ -12,7 +12,9 @@
  * Block (x, y, z) = (frequency group, head, token): thread (g, h, y) serves group g of heads h,
  * h + blockDim.y, ... of token tile * blockDim.z + y, so no index needs a division. Grid (x, y) =
  * (token tile, chunk of blockDim.x groups): decode splits a token's groups over several blocks,
- * each computing only its own frequencies, so that more multiprocessors share a token.
+ * each computing only its own frequencies, so that more multiprocessors share a token. QK-norm
+ * calls keep a head's groups in one block (its reduction) and split the token's heads instead:
+ * grid z = chunk of blockDim.y heads, each block building the token's table for its heads.
  *
  * A decode call is a chain of latencies, and most of its time was instructions on parameters
  * (bench/results/cuda-h200-tuning.md: 2.3 us a call at T = 1, against 0.7 us for a plain copy of
@@ -33,6 +35,9 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
 
     rp_let_next_kernel_launch();
     const int GB = blockDim.x, HY = blockDim.y, Y = blockDim.z;
+    /* this thread's first head, and the step to its next (gridDim.z is 1 without QK-norm) */
+    const int my_head = (NORM ? (int)blockIdx.z * HY : 0) + (int)threadIdx.y;
+    const int head_step = NORM ? HY * (int)gridDim.z : HY;
     const int group = blockIdx.y * GB + threadIdx.x;
     const rp_group gr = group_of<HALF, ELEM>(a, group);
     const long long first = gr.first, half_bytes = gr.hi_bytes;
@@ -42,8 +47,8 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
     /* Threads y < V of a rotated group build the table: pair y (y + HY, ...) of their group. */
     const bool builds_table = rotates && (int)threadIdx.y < V && gr.rotated;
     const double freq = builds_table ? a.inv_freq[pair_of<STYLE, HALF, V>(a, group, threadIdx.y)] : 0.0;
-    /* This thread's item (head y; junk, and unused, when y >= heads), before the wait. */
-    const rp_item item = make_item<ELEM, FP8>(a, threadIdx.y, first);
+    /* This thread's item (junk, and unused, when my_head >= heads), before the wait. */
+    const rp_item item = make_item<ELEM, FP8>(a, my_head, first);
     const rp_item_rows rows = item_rows<ELEM, FP8>(a, item.kind);
     unsigned long long ready = (unsigned long long)__double_as_longlong(freq);
     ready ^= (unsigned long long)item.src ^ (unsigned long long)item.out ^ (unsigned long long)item.pool ^
@@ -70,9 +75,13 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
                                  a.pos_stride, t); /* mRoPE: the row of this thread's pair; formed at use,
                                                       as a value held across the wait cost spills */
 
-        /* 1. This thread's item and the token's slot. */
+        /* 1. The token's slot and this thread's item. */
+        rp_index_words slot_words = {-1, -1};
+        if (uses_slot && token_ok)
+            slot_words = rp_index_issue(a.slots, a.slot64, a.slot_stride, t);
+        const bool has_item = token_ok && my_head < a.heads;
         uint4 lo, hi;
-        if (token_ok && (int)threadIdx.y < a.heads) {
+        if (has_item) {
             const char *p = item.src + t * rows.src;
             lo = *(const uint4 *)p;
             hi = *(const uint4 *)(p + half_bytes);
@@ -81,16 +90,13 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
          * the reduction (they are not staged in shared memory as in the prefill kernel: staging put
          * their load before the barrier of this one chain of latencies, and cost 0.6 us a call at
          * T = 1, bench/results/qwen3-8b-qk-norm.md) */
-        float w_lo[V], w_hi[V];
+        rp_weight_bits w_lo, w_hi;
         int w_f32 = 0;
         const void *w = NORM ? rp_norm_weights_of(a, item.kind, &w_f32) : NULL;
-        if (NORM && w && token_ok && (int)threadIdx.y < a.heads) {
-            rp_load_weights<DT>(w, w_f32, (int)first, w_lo);
-            rp_load_weights<DT>(w, w_f32, (int)(first + half_bytes / (long long)ELEM), w_hi);
+        if (NORM && w && has_item) {
+            w_lo = rp_load_weight_bits<DT>(w, w_f32, (int)first);
+            w_hi = rp_load_weight_bits<DT>(w, w_f32, (int)(first + half_bytes / (long long)ELEM));
         }
-        rp_index_words slot_words = {-1, -1};
-        if (uses_slot && token_ok)
-            slot_words = rp_index_issue(a.slots, a.slot64, a.slot_stride, t);
 
         /* 2. The (token, frequency) table of this block, while the loads are in flight, once for
          * all heads. */
@@ -121,17 +127,17 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
          * count is then the block's. Heads past blockDim.y read their weights from memory. */
         rp_norm_item norm = {}; /* w NULL: not normalised */
         if (NORM) {
-            const bool valid = token_ok && (int)threadIdx.y < a.heads;
             rp_norm_factor f;
-            rp_norm_rstd<DT, 1>(a, &valid, &lo, &hi, &f);
+            rp_norm_rstd<DT, 1>(a, &has_item, &lo, &hi, &f);
             norm = rp_norm_of(a, item.kind, (int)first, (int)(first + half_bytes / (long long)ELEM), f, NULL);
-            norm.w_lo = w_lo;
-            norm.w_hi = w_hi;
+            norm.w_lo = &w_lo;
+            norm.w_hi = &w_hi;
         }
-        if (token_ok && (int)threadIdx.y < a.heads)
+        if (has_item)
             finish_item<DT, STYLE, FP8>(a, item, rows, lo, hi, t, to_pool, block, row, half_bytes, gr.rotated, cs, GB,
                                    item.kind == RP_ITEM_V ? v_inv : k_inv, norm);
-        for (int h = threadIdx.y + HY; NORM ? h - (int)threadIdx.y < a.heads : token_ok && h < a.heads; h += HY) {
+        for (int h = my_head + head_step; NORM ? h - (int)threadIdx.y < a.heads : token_ok && h < a.heads;
+             h += head_step) {
             const bool valid = token_ok && h < a.heads;
             const rp_item it = make_item<ELEM, FP8>(a, h, first);
             const rp_item_rows r = item_rows<ELEM, FP8>(a, it.kind);
@@ -150,7 +156,7 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
                 finish_item<DT, STYLE, FP8>(a, it, r, l, u, t, to_pool, block, row, half_bytes, gr.rotated, cs, GB,
                                        it.kind == RP_ITEM_V ? v_inv : k_inv, norm);
         }
-        if (threadIdx.x == 0 && threadIdx.y == 0 && blockIdx.y == 0 && slot >= a.pool_size)
+        if (threadIdx.x == 0 && threadIdx.y == 0 && blockIdx.y == 0 && blockIdx.z == 0 && slot >= a.pool_size)
             rp_record_bad_slot(a.status, a.host_status, t, slot, a.pool_size);
         if (rotates && tile + gridDim.x < num_tiles)
             __syncthreads(); /* the next tile rewrites the table */

@@ -37,6 +37,11 @@ enum {
      * 16-bit) in one block ran 4-27% faster than two blocks of two at T = 1-256 on 32/4/64, 8/1/64
      * and MLA at TP 8 (plan-h200.md). */
     DECODE_GROUPS_PER_BLOCK = 4,
+    /* QK-norm decode: a token's heads are split over blocks of at least this many threads (grid
+     * z), so that its long chain of instructions (680 a warp for Qwen3-8B at T = 1, against 404
+     * without norm: cuda-h200-stop29-ncu.txt) runs on several multiprocessors instead of one. */
+    NORM_DECODE_BLOCK_THREADS = 128,
+    MAX_HEAD_CHUNKS = 65535, /* gridDim.z */
     MAX_TABLE_BYTES = 48 * 1024,
     MAX_TOKENS_PER_BLOCK = 64, /* blockDim.z */
 };
@@ -90,6 +95,9 @@ int rp_cuda_plan_complete(const rp_problem *p, rp_parts parts, rp_cuda_plan *pla
     if (staged_bytes + table_bytes > MAX_TABLE_BYTES)
         return -1;
     plan->chunks = (int)(groups / gb);
+    /* QK-norm decode: chunks of hy heads a block (grid z); other kernels loop over a token's heads */
+    const long long head_chunks = norm && plan->items_per_thread == 1 ? div_up(plan->heads, hy) : 1;
+    plan->head_chunks = (int)(head_chunks < MAX_HEAD_CHUNKS ? head_chunks : (long long)MAX_HEAD_CHUNKS);
     const long long tiles = div_up(p->num_tokens, y);
     plan->grid = (unsigned)(tiles < MAX_GRID ? tiles : MAX_GRID);
     plan->shared_bytes = parts == RP_PARTS_SCATTER ? 0 : (size_t)(staged_bytes + table_bytes);
@@ -183,6 +191,15 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
             if (deep_hy >= 1 && deep_hy < hy)
                 hy = deep_hy;
         }
+    }
+    if (norm && prefetch == 1) {
+        /* decode: a token's heads in chunks of at least NORM_DECODE_BLOCK_THREADS threads, as many
+         * as leave each multiprocessor one block (T chunks <= SMs), the heads spread evenly.
+         * Qwen3-8B (cuda-h200-stop31-qknorm-ab*.log): three chunks at T = 1 and 16, two at 64, one
+         * at 128, each the fastest or within 1% of it among 1, 2, 3 and 6 chunks. */
+        const long long most = NORM_DECODE_BLOCK_THREADS / gb > 1 ? NORM_DECODE_BLOCK_THREADS / gb : 1;
+        const long long wave = sms / T > 1 ? sms / T : 1, chunks = div_up(heads, most);
+        hy = div_up(heads, chunks < wave ? chunks : wave);
     }
     if (norm) /* whole warps: QK-norm's shuffles then take the full mask (qk_norm.cuh) */
         hy = div_up(hy * gb, 32) * 32 / gb;

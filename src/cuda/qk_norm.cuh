@@ -36,6 +36,13 @@
 
 #include "kernel_args.cuh"
 
+/* ELEMS weights as loaded, not yet widened: 16 bytes of the inputs' dtype, or 32 of float32 (16-bit
+ * inputs). The decode kernel issues their loads early and holds the bits: widening them at once
+ * made the table's sin/cos and the slot's load wait for them (bench/results/qwen3-8b-qk-norm.md). */
+struct rp_weight_bits {
+    uint4 v[2];
+};
+
 #define RP_NORM_SCALE 0x1p39f
 #define RP_NORM_UNSCALE 0x1p-39f
 struct rp_norm_item {
@@ -46,8 +53,8 @@ struct rp_norm_item {
     float scaled_rstd, offset_f32; /* fast: float32(rstd) 2^39, the offset */
     const float *sw;               /* fast: the block's staged weights, or
                                       NULL: w from memory                  */
-    const float *w_lo, *w_hi;      /* w of lo's and hi's elements, loaded
-                                      ahead (the decode kernel), or NULL   */
+    const rp_weight_bits *w_lo, *w_hi; /* w of lo's and hi's elements, loaded
+                                          ahead (the decode kernel), or NULL */
     double rstd, offset;           /* else                                 */
 };
 
@@ -177,6 +184,13 @@ __device__ __forceinline__ uint4 rp_load16(const void *p)
     return ((uintptr_t)p & 15) == 0 ? __ldg((const uint4 *)p) : rp_load16_unaligned((const unsigned short *)p);
 }
 
+/* Four float32s from their bits. */
+__device__ __forceinline__ void rp_floats_of(uint4 f, float *v)
+{
+    v[0] = __uint_as_float(f.x); v[1] = __uint_as_float(f.y);
+    v[2] = __uint_as_float(f.z); v[3] = __uint_as_float(f.w);
+}
+
 /* w[first .. first + ELEMS) as float32 (f32: the weight's dtype is float32, else the inputs'),
  * in 16-byte loads. */
 template <rp_dtype DT>
@@ -185,14 +199,42 @@ __device__ __forceinline__ void rp_load_weights(const void *w, int f32, int firs
     typedef rp_elem<DT> E;
     if (f32) {
 #pragma unroll
-        for (int c = 0; c < E::ELEMS; c += 4) {
-            const uint4 f = rp_load16((const float *)w + first + c);
-            v[c] = __uint_as_float(f.x); v[c + 1] = __uint_as_float(f.y);
-            v[c + 2] = __uint_as_float(f.z); v[c + 3] = __uint_as_float(f.w);
-        }
+        for (int c = 0; c < E::ELEMS; c += 4)
+            rp_floats_of(rp_load16((const float *)w + first + c), v + c);
         return;
     }
     E::unpack(rp_load16((const typename E::storage *)w + first), v);
+}
+
+/* The same weights as bits, widened by rp_widen_weights where they are used (the decode kernel:
+ * see rp_weight_bits). The prefill kernel keeps rp_load_weights: the same loads written this way
+ * ran it 13% slower (Qwen3-8B, T = 256 and 1024; cuda-h200-stop31-qknorm-ab.log). */
+template <rp_dtype DT>
+__device__ __forceinline__ rp_weight_bits rp_load_weight_bits(const void *w, int f32, int first)
+{
+    typedef rp_elem<DT> E;
+    rp_weight_bits b;
+    if (f32) {
+#pragma unroll
+        for (int c = 0; c < E::ELEMS; c += 4)
+            b.v[c / 4] = rp_load16((const float *)w + first + c);
+    } else {
+        b.v[0] = rp_load16((const typename E::storage *)w + first);
+    }
+    return b;
+}
+
+template <rp_dtype DT>
+__device__ __forceinline__ void rp_widen_weights(const rp_weight_bits &b, int f32, float *v)
+{
+    typedef rp_elem<DT> E;
+    if (f32) {
+#pragma unroll
+        for (int c = 0; c < E::ELEMS; c += 4)
+            rp_floats_of(b.v[c / 4], v + c);
+        return;
+    }
+    E::unpack(b.v[0], v);
 }
 
 /* Dynamic shared memory the QK-norm kernels reserve before their cos/sin table, in float4s: the
@@ -248,7 +290,7 @@ __device__ __forceinline__ bool rp_norm_barrier(bool stage, bool outside, bool s
 /* x[c] (head dim first + c) normalised in place (see above for the two paths); pre: its weights
  * loaded ahead, or NULL: from the block's staged copy or from memory. */
 template <rp_dtype DT>
-__device__ __forceinline__ void rp_normalise(const rp_norm_item &n, float *x, int first, const float *pre)
+__device__ __forceinline__ void rp_normalise(const rp_norm_item &n, float *x, int first, const rp_weight_bits *pre)
 {
     constexpr int V = rp_elem<DT>::ELEMS;
     if (DT != RP_F32 && n.fast && n.sw) {
@@ -265,9 +307,7 @@ __device__ __forceinline__ void rp_normalise(const rp_norm_item &n, float *x, in
     }
     float w[V];
     if (pre)
-#pragma unroll
-        for (int c = 0; c < V; c++)
-            w[c] = pre[c];
+        rp_widen_weights<DT>(*pre, n.w_f32, w);
     else
         rp_load_weights<DT>(n.w, n.w_f32, first, w);
     if (DT != RP_F32 && n.fast) { /* the same products, w + offset unstaged, scaled last */

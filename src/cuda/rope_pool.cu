@@ -103,7 +103,7 @@ static cudaError_t launch_vectorized(const rp_cuda_state *st, const rp_problem *
 {
     rp_kernel_args<FREQ_CAP> a;
     fill_args(&a, st, p, parts, plan);
-    const dim3 grid(plan->grid, (unsigned)plan->chunks);
+    const dim3 grid(plan->grid, (unsigned)plan->chunks, (unsigned)plan->head_chunks);
     const dim3 block((unsigned)plan->groups_per_block, (unsigned)plan->heads_per_pass,
                      (unsigned)plan->tokens_per_block);
     const rp_kernel_fn<FREQ_CAP> kernel = plan->items_per_thread >= 2

@@ -159,7 +159,9 @@ static void run_case(int64_t T, int64_t Hq, int64_t Hk, int64_t D, rp_dtype dt, 
 
 static void test_normalised_calls_match_float64_and_the_cpu(void)
 {
-    static const int64_t shapes[][3] = {{32, 8, 128}, {16, 8, 256}, {8, 1, 64}, {4, 2, 32}};
+    /* 12/4/128: 20 heads, which the decode kernel splits into two blocks of 12 (plan.cu), the last
+     * part empty */
+    static const int64_t shapes[][3] = {{32, 8, 128}, {16, 8, 256}, {12, 4, 128}, {8, 1, 64}, {4, 2, 32}};
     const int64_t Ts[] = {1, 7, 300, 1500};
     int64_t same = 0, total = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
