@@ -40,7 +40,8 @@ typedef struct rp_cuda_state {
 typedef struct rp_cuda_plan {
     int vectorized;          /* 1: 16-byte kernel; 0: the plain strided kernel                   */
     /* vectorized kernel: block (groups_per_block, heads_per_pass, tokens_per_block), grid (grid,
-     * chunks, head_chunks). A frequency group is the 16 bytes of pairs one thread rotates in one head.        */
+     * chunks, head_chunks). A frequency group is the 16 bytes of pairs one thread rotates in one
+     * head.                                                                                       */
     int groups_per_block;    /* a token's groups one block serves; the token spans `chunks` blocks */
     int chunks;
     int heads;               /* heads the call touches: Hq + Hk + Hk v_pieces (all), Hq + Hk

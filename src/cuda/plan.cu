@@ -13,9 +13,10 @@ enum {
      * multiprocessor; its threads then prefetch this many heads. Smaller calls give each block
      * this many frequency groups of a token. */
     LARGE_CALL_TOKENS_PER_SM = 4,
-    /* QK-norm: the decode kernel's blocks (a whole token, 116-128 registers) fit one or two per
-     * multiprocessor, the prefill kernel's (80 registers) four: from one token per multiprocessor
-     * the prefill kernel served Qwen3-8B 1.1-1.9x faster (T = 192-512, bench/results/plan-h200.md). */
+    /* QK-norm: the decode kernel's blocks (116-128 registers) fit fewer per multiprocessor than
+     * the prefill kernel's (80 registers): from one token per multiprocessor the prefill kernel
+     * served Qwen3-8B 1.1-1.9x faster (T = 192-512, when a decode block held a whole token,
+     * bench/results/plan-h200.md; with head chunks it is faster up to T = 176: qwen3-8b-qk-norm.md). */
     LARGE_NORM_CALL_TOKENS_PER_SM = 1,
     LARGE_CALL_PREFETCH = RP_PREFILL_PREFETCH,
     /* Prefill: a token's heads are spread over at most this many threads (each then serves
