@@ -362,12 +362,21 @@ static inline void simd_prefetch_q_row(const rp_problem *p, int64_t t, int64_t h
     __builtin_prefetch(row + p->head_dim * elem - 1, 0, 3);
 }
 
+/* The two passes of a streaming block (simd_rope_pool_slice) share its tokens' cos/sin: the k
+ * pass keeps them, the q pass reads them instead of computing them again. MLA at TP 8 (one k
+ * head a token, bf16, T = 16384, one thread) spent a quarter of the kernel's time in simd_sincos,
+ * half of it the q pass's second computation. Up to SIMD_SHARED_PAIRS frequencies a token (D up
+ * to 128 at full rotary): 32 KB on the stack. */
+enum { SIMD_SHARED_PAIRS = 64 };
+
 /* One pass over tokens [t_begin, t_end). Per token: v to its pool row, then the frequencies'
  * cos/sin, then (SIMD_PASS_KV) the k heads, to k_rot and the pool row, and (SIMD_PASS_Q) the q
- * heads. mode holds SIMD_STREAM_* bits; dt, mode and pass are constants once inlined. */
+ * heads. mode holds SIMD_STREAM_* bits; dt, mode and pass are constants once inlined. shared
+ * (NULL, or 2 * rotary_dim / 2 floats a token of the pass, cos then sin): the k pass writes
+ * each token's tables there, the q pass reads them. */
 static RP_ALWAYS_INLINE void simd_rope_pool_pass(const rp_problem *p, rp_parts parts, int64_t t_begin,
                                                  int64_t t_end, rp_dtype dt, rp_dtype pool_dt, int mode,
-                                                 int pass)
+                                                 int pass, float *shared)
 {
     const int stream_rows = mode & SIMD_STREAM_ROWS, stream_pool = mode & SIMD_STREAM_POOL;
     const int kv = pass & SIMD_PASS_KV, q = pass & SIMD_PASS_Q, pools = kv && parts != RP_PARTS_ROTATE;
@@ -379,7 +388,6 @@ static RP_ALWAYS_INLINE void simd_rope_pool_pass(const rp_problem *p, rp_parts p
     float cd[2 * SIMD_CHUNK] __attribute__((aligned(64)));
     float sd[2 * SIMD_CHUNK] __attribute__((aligned(64)));
     double angles[SIMD_CHUNK]; /* mRoPE */
-    const float *tc = gptj ? cd : cs, *ts = gptj ? sd : sn;
     const int q_gaps = q && p->q_stride[1] != p->head_dim; /* see simd_prefetch_q_row */
     rp_cpu_norm q_factors, k_factors;
     const rp_cpu_norm *qg = q ? rp_cpu_norm_prepare(p, &p->q_norm, &q_factors) : NULL;
@@ -404,14 +412,26 @@ static RP_ALWAYS_INLINE void simd_rope_pool_pass(const rp_problem *p, rp_parts p
             /* mRoPE: each frequency has its own position; its angles (the same float64 products)
              * go through simd_sincos as a table at position 1.0, which multiplies exactly. */
             const double *freq = p->inv_freq + i0, at = p->mrope ? 1.0 : pos;
-            if (p->mrope) {
-                rp_mrope_angles(p, t, i0, n, angles);
-                freq = angles;
+            float *token_table = shared ? shared + (t - t_begin) * 2 * half : NULL; /* one chunk: i0 = 0 */
+            const float *c = cs, *s = sn;
+            if (token_table && !kv) {
+                c = token_table;
+                s = token_table + half;
+            } else {
+                if (p->mrope) {
+                    rp_mrope_angles(p, t, i0, n, angles);
+                    freq = angles;
+                }
+                if (simd_sincos(freq, n, at, p->attention_scaling, cs, sn))
+                    simd_fix_slow_angles(freq, n, at, p->attention_scaling, cs, sn);
+                if (token_table) {
+                    memcpy(token_table, cs, (size_t)n * sizeof(float));
+                    memcpy(token_table + half, sn, (size_t)n * sizeof(float));
+                }
             }
-            if (simd_sincos(freq, n, at, p->attention_scaling, cs, sn))
-                simd_fix_slow_angles(freq, n, at, p->attention_scaling, cs, sn);
             if (gptj)
-                simd_interleave_table(cs, sn, n, cd, sd);
+                simd_interleave_table(c, s, n, cd, sd);
+            const float *tc = gptj ? cd : c, *ts = gptj ? sd : s;
             for (int64_t h = 0; kv && h < p->num_kv_heads; h++)
                 simd_head(p, dt, pool_dt, mode, stream_rows, stream_pool, simd_row(p->k, p->k_stride, t, h, elem),
                           simd_row(p->k_rot, p->k_rot_stride, t, h, elem),
@@ -430,18 +450,22 @@ static RP_ALWAYS_INLINE void simd_rope_pool_pass(const rp_problem *p, rp_parts p
 /* Tokens [t_begin, t_end) with the SIMD_STREAM_* bits in mode. A call large enough to stream its
  * rows goes through blocks of SIMD_STREAM_BLOCK tokens in two passes, k and v (five streams)
  * then q (two): DRAM serves fewer concurrent streams better (Zen 4, Llama-3-8B shapes: 1.25x at
- * 4096 and 16384 tokens). The second pass computes each token's cos/sin again, ~50 ns against
- * the ~2 us its q heads take to stream. Smaller calls, cache-resident, take one pass. */
+ * 4096 and 16384 tokens). The second pass reads each token's cos/sin from the first (beyond
+ * SIMD_SHARED_PAIRS it computes them again, ~50 ns against the ~2 us its q heads take to
+ * stream). Smaller calls, cache-resident, take one pass. */
 static RP_ALWAYS_INLINE void simd_rope_pool_slice(const rp_problem *p, rp_parts parts, int64_t t_begin,
                                                   int64_t t_end, rp_dtype dt, rp_dtype pool_dt, int mode)
 {
     if (!(mode & SIMD_STREAM_ROWS)) {
-        simd_rope_pool_pass(p, parts, t_begin, t_end, dt, pool_dt, mode, SIMD_PASS_KV | SIMD_PASS_Q);
+        simd_rope_pool_pass(p, parts, t_begin, t_end, dt, pool_dt, mode, SIMD_PASS_KV | SIMD_PASS_Q, NULL);
     } else {
+        /* + SIMD_PAD: a vector step of the last token's sin may read past its n entries */
+        float shared[SIMD_STREAM_BLOCK * 2 * SIMD_SHARED_PAIRS + SIMD_PAD] __attribute__((aligned(64)));
+        const int share = parts != RP_PARTS_SCATTER && p->rotary_dim / 2 <= SIMD_SHARED_PAIRS;
         for (int64_t b = t_begin; b < t_end; b += SIMD_STREAM_BLOCK) {
             const int64_t e = t_end - b < SIMD_STREAM_BLOCK ? t_end : b + SIMD_STREAM_BLOCK;
-            simd_rope_pool_pass(p, parts, b, e, dt, pool_dt, mode, SIMD_PASS_KV);
-            simd_rope_pool_pass(p, parts, b, e, dt, pool_dt, mode, SIMD_PASS_Q);
+            simd_rope_pool_pass(p, parts, b, e, dt, pool_dt, mode, SIMD_PASS_KV, share ? shared : NULL);
+            simd_rope_pool_pass(p, parts, b, e, dt, pool_dt, mode, SIMD_PASS_Q, share ? shared : NULL);
         }
     }
     if (mode)
