@@ -323,6 +323,45 @@ static void test_fp8_pools_at_llama_shapes(void)
     }
 }
 
+/* Every bf16 bit pattern as v, at scale 1 (where the AVX2 kernel converts on 16-bit lanes
+ * without a float32 product): each code byte for byte the library converter's, NaNs included,
+ * in both formats, in pool rows that stream and in rows that do not. */
+static void test_fp8_codes_of_every_bf16_value(void)
+{
+    const int64_t T = 512, D = 128, P = 600; /* T * D = 65,536 values, one head */
+    for (int e5m2 = 0; e5m2 < 2; e5m2++)
+        for (int on_lines = 0; on_lines < 2; on_lines++) {
+            fixture f;
+            fixture_init(&f, &rng, T, 1, 1, D, P, RP_BF16, RP_I32, 1 << 16, 0);
+            for (int64_t i = 0; i < T * D; i++)
+                ((uint16_t *)f.v)[i] = (uint16_t)i;
+            rp_rope_pool_args *a = &f.args;
+            const rp_dtype fmt = e5m2 ? RP_F8_E5M2 : RP_F8_E4M3;
+            uint8_t *pools = aligned_alloc(64, (size_t)(2 * P * D + 64));
+            memset(pools, 0x5a, (size_t)(2 * P * D + 64));
+            const int64_t shift = on_lines ? 0 : 16; /* rows off cache lines take ordinary stores */
+            a->k_pool = rp_tensor_3d(pools + shift, fmt, P, 1, D);
+            a->v_pool = rp_tensor_3d(pools + shift + P * D, fmt, P, 1, D);
+            const char *what = e5m2 ? "every bf16 value to e5m2" : "every bf16 value to e4m3";
+            call_ok(a, what);
+            check_fp8_pools(a, 1.0, 1.0, what);
+            int64_t wrong = 0;
+            for (int64_t t = 0; t < T; t++) {
+                const int64_t slot = (int64_t)test_load(f.slots, RP_I32, t);
+                for (int64_t i = 0; slot >= 0 && i < D; i++) {
+                    const uint8_t want = rp_double_to_fp8_bits(test_load(f.v, RP_BF16, t * D + i), e5m2);
+                    const uint8_t got = pools[shift + P * D + slot * D + i];
+                    if (got != want && wrong++ == 0)
+                        CHECK(0, "%s: bf16 bits 0x%04x gave code 0x%02x, want 0x%02x", what,
+                              (unsigned)(t * D + i), got, want);
+                }
+            }
+            CHECK(wrong == 0, "%s: %lld codes differ from the library converter's", what, (long long)wrong);
+            free(pools);
+            fixture_free(&f);
+        }
+}
+
 /* ---- paged pools ------------------------------------------------------------------------------------ */
 
 typedef enum alloc_kind {
@@ -555,6 +594,7 @@ int main(void)
     RUN(test_fp8_pools_hold_the_correctly_rounded_rotation);
     RUN(test_fp8_pools_with_every_rope_variant);
     RUN(test_fp8_pools_at_llama_shapes);
+    RUN(test_fp8_codes_of_every_bf16_value);
     RUN(test_paged_pools_match_flat_ones_byte_for_byte);
     RUN(test_paged_fp8_pools_and_rope_variants);
     RUN(test_v_head_dim_writes_mla_latent_rows);

@@ -186,6 +186,54 @@ static RP_ALWAYS_INLINE void store16_fp8(rp_dtype fmt, int stream, char *p, __m2
         _mm_storeu_si128((__m128i *)p, codes);
 }
 
+/* bf16 values at scale 1 as fp8 codes, 16 a step on 16-bit lanes, with no widening to float32:
+ * a bf16 value is its own float32 product with 1.0f, so fp8_codes8's result on it is the
+ * correctly rounded code, and this computes the same from the bf16 bits (exhaustively equal over
+ * all 65,536 of them: tests/test_pools.c). Normal codes: the mantissa rounded to the format's
+ * width (nearest-even) and the exponent rebiased. Subnormal codes (below the smallest normal):
+ * the significand shifted by the binade (a multiply by 1, 2, 4 or 8 picked by a byte shuffle), then
+ * rounded by 2^8; values up to half the smallest subnormal are clamped to it, which rounds to 0.
+ * About 27 instructions for 16 values, against 38 through float32 lanes. */
+static RP_ALWAYS_INLINE __m256i fp8_codes16_bf16(rp_dtype fmt, __m256i h)
+{
+    const int e5m2 = fmt == RP_F8_E5M2, mant = e5m2 ? 2 : 3, shift = 7 - mant, bias = e5m2 ? 15 : 7;
+    const int max_bits = e5m2 ? 0x4760 : 0x43e0;        /* 57344, 448 */
+    const int min_normal = (127 + 1 - bias) << 7;        /* 2^-14, 2^-6 */
+    const int least_half = (127 - bias - mant) << 7;     /* half the smallest subnormal: 2^-17, 2^-10 */
+    const __m256i a = _mm256_and_si256(h, _mm256_set1_epi16(0x7fff));
+    const __m256i c = _mm256_min_epu16(a, _mm256_set1_epi16((short)max_bits)); /* saturation */
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi16(c, shift), _mm256_set1_epi16(1));
+    __m256i normal = _mm256_add_epi16(_mm256_add_epi16(c, _mm256_set1_epi16((short)((1 << (shift - 1)) - 1))), lsb);
+    normal = _mm256_sub_epi16(_mm256_srli_epi16(normal, shift), _mm256_set1_epi16((short)((127 - bias) << mant)));
+    /* (128 + m) << (E - E_least), E_least the binade of least_half; codes = that / 2^8, rounded */
+    const __m256i cs = _mm256_max_epu16(c, _mm256_set1_epi16((short)least_half));
+    const __m256i binade = _mm256_sub_epi16(_mm256_srli_epi16(cs, 7), _mm256_set1_epi16((short)((least_half >> 7) - 1)));
+    const __m256i powers = _mm256_setr_epi8(0, 1, 2, 4, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* binade 1..4; high bytes 0 */
+                                            0, 1, 2, 4, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m256i significand = _mm256_and_si256(_mm256_or_si256(cs, _mm256_set1_epi16(0x80)), _mm256_set1_epi16(0xff));
+    const __m256i y = _mm256_mullo_epi16(significand, _mm256_shuffle_epi8(powers, binade));
+    const __m256i y_lsb = _mm256_and_si256(_mm256_srli_epi16(y, 8), _mm256_set1_epi16(1));
+    const __m256i sub = _mm256_srli_epi16(_mm256_add_epi16(_mm256_add_epi16(y, _mm256_set1_epi16(0x7f)), y_lsb), 8);
+    /* a, c <= 0x7fff: the signed compares order them as unsigned */
+    __m256i code = _mm256_blendv_epi8(normal, sub, _mm256_cmpgt_epi16(_mm256_set1_epi16((short)min_normal), c));
+    code = _mm256_blendv_epi8(code, _mm256_set1_epi16(e5m2 ? 0x7e : 0x7f),
+                              _mm256_cmpgt_epi16(a, _mm256_set1_epi16(0x7f80)));
+    return _mm256_or_si256(code, _mm256_srli_epi16(_mm256_andnot_si256(a, h), 8));
+}
+
+/* 16 bf16 values at src (scale 1) as fp8 codes at p: one 16-byte store (streaming: movntdq, p
+ * 16-byte aligned). */
+#define SIMD8_HAS_STORE16_FP8_BF16 1
+static RP_ALWAYS_INLINE void store16_fp8_bf16(rp_dtype fmt, int stream, char *p, const char *src)
+{
+    const __m256i code = fp8_codes16_bf16(fmt, _mm256_loadu_si256((const __m256i *)src));
+    const __m128i codes = _mm_packus_epi16(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
+    if (stream)
+        _mm_stream_si128((__m128i *)p, codes);
+    else
+        _mm_storeu_si128((__m128i *)p, codes);
+}
+
 /* rope_pool_simd8.h's two rotations of 8 float32 values. */
 static RP_ALWAYS_INLINE void rotate8_values(__m256 x, __m256 y, const float *cs, const float *sn, __m256 *out_x,
                                             __m256 *out_y)

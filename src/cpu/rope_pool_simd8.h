@@ -181,6 +181,11 @@ static RP_ALWAYS_INLINE void simd_to_fp8(rp_dtype dt, rp_dtype pool_dt, int stre
     const int64_t elem = dt == RP_F32 ? 4 : 2;
     const simd8_scale scale = SIMD8_SCALE(inv_scale);
     int64_t j = 0;
+#ifdef SIMD8_HAS_STORE16_FP8_BF16
+    if (dt == RP_BF16 && inv_scale == 1.0f) /* on 16-bit lanes: the values are their own products */
+        for (; j + 16 <= n; j += 16)
+            store16_fp8_bf16(pool_dt, stream, (char *)dst + j, src + j * elem);
+#endif
     /* 16 codes a step; a streamed row is whole lines, so each 16-byte store is aligned */
     for (; j + 16 <= n; j += 16)
         store16_fp8(pool_dt, stream, (char *)dst + j, load8(dt, src + j * elem), load8(dt, src + (j + 8) * elem),
