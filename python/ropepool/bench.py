@@ -153,13 +153,19 @@ def host_timer(launch_chunk, sync):
 
 def gpu_timer(torch, arrays, outs, per_graph=20):
     """GPU time per call: CUDA events around replays of a graph of `per_graph` calls."""
-    f = ropepool.rope_pool_fused
-    f(*arrays, **SHAPE, q_out=outs[0], k_out=outs[1])  # the device context exists before capture
+    return graph_timer(torch, lambda: ropepool.rope_pool_fused(*arrays, **SHAPE, q_out=outs[0], k_out=outs[1]),
+                       per_graph)
+
+
+def graph_timer(torch, body, per_graph=20):
+    """run(n) -> GPU ns per call of body(), from about n calls: CUDA events around replays of a
+    graph of `per_graph` calls of it (python/tools use it for other calls)."""
+    body()  # the device context, workspaces and lazy loads exist before capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         for _ in range(per_graph):
-            f(*arrays, **SHAPE, q_out=outs[0], k_out=outs[1])
+            body()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
     def run(n):

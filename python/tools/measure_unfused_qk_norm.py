@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 import ropepool
+from ropepool.bench import graph_timer
 
 HQ, HK, D, BASE, EPS = 32, 8, 128, 1e6, 1e-6
 POOL = 1 << 20
@@ -51,36 +52,15 @@ def make_inputs(T, rng, dev):
     return x, wq, wk
 
 
-def graph_timer(body):
-    """GPU ns per call of body(): CUDA events around replays of a graph of PER_GRAPH calls."""
-    body()  # contexts, workspaces and lazy loads before capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(PER_GRAPH):
-            body()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
-    def run(replays):
-        start.record()
-        for _ in range(replays):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) * 1e6 / (replays * PER_GRAPH)
-
-    return run
-
-
 def wall_timer(body):
-    """CPU ns per call of body(): the wall clock around PER_GRAPH calls, as graph_timer's replays."""
+    """CPU ns per call of body(), from about n calls: the wall clock, as graph_timer's GPU time."""
     body()
 
-    def run(replays):
+    def run(calls):
         start = time.perf_counter_ns()
-        for _ in range(replays * PER_GRAPH):
+        for _ in range(calls):
             body()
-        return (time.perf_counter_ns() - start) / (replays * PER_GRAPH)
+        return (time.perf_counter_ns() - start) / calls
 
     return run
 
@@ -119,7 +99,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("-T", default="1,16,64,256,1024,4096,16384")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--replays", type=int, default=200)
+    parser.add_argument("--calls", type=int, default=4000, help="calls a timed sample (default 4000)")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     args = parser.parse_args()
     rng = np.random.default_rng(14)
@@ -131,12 +111,12 @@ def main():
           f"{'fused/unfused':>13} {'max |fused - unfused|':>22}")
     for T in (int(t) for t in args.T.split(",")):
         calls, diff = bodies(T, rng, args.device)
-        timer = graph_timer if args.device == "cuda" else wall_timer
-        timers = {name: timer(body) for name, body in calls.items()}
+        timers = {name: graph_timer(torch, body, PER_GRAPH) if args.device == "cuda" else wall_timer(body)
+                  for name, body in calls.items()}
         samples = {name: [] for name in timers}
         for _ in range(args.rounds):
             for name, run in timers.items():
-                samples[name].append(run(args.replays) / 1e3)
+                samples[name].append(run(args.calls) / 1e3)
         med = {name: statistics.median(s) for name, s in samples.items()}
         print(f"{T:>6} {med['fused']:>8.2f} {med['plain']:>8.2f} {med['rms_norm']:>9.2f} {med['unfused']:>8.2f} "
               f"{med['fused'] / med['plain']:>11.2f} {med['fused'] / med['unfused']:>13.2f} {diff:>22.4g}")
