@@ -14,10 +14,13 @@ enum {
      * this many frequency groups of a token. */
     LARGE_CALL_TOKENS_PER_SM = 4,
     /* QK-norm: the decode kernel's blocks (116-128 registers) fit fewer per multiprocessor than
-     * the prefill kernel's (80 registers): from one token per multiprocessor the prefill kernel
-     * served Qwen3-8B 1.1-1.9x faster (T = 192-512, when a decode block held a whole token,
-     * bench/results/plan-h200.md; with head chunks it is faster up to T = 176: qwen3-8b-qk-norm.md). */
-    LARGE_NORM_CALL_TOKENS_PER_SM = 1,
+     * the prefill kernel's (80 registers). It serves a call while its blocks are all resident at
+     * once (RESIDENT_NORM_DECODE_THREADS a multiprocessor), up to this many tokens a
+     * multiprocessor: Qwen3-8B at T = 160, three head chunks, 2.99 us against the prefill
+     * kernel's 4.57; blocks that no longer all fit gained nothing (4.76), and from T = 256 the
+     * prefill kernel wins (4.79 against 5.28) (bench/results/qwen3-8b-qk-norm.md). */
+    MAX_NORM_DECODE_TOKENS_PER_SM = 2,
+    RESIDENT_NORM_DECODE_THREADS = 65536 / 128, /* registers a multiprocessor / the launch bound's */
     LARGE_CALL_PREFETCH = RP_PREFILL_PREFETCH,
     /* Prefill: a token's heads are spread over at most this many threads (each then serves
      * heads/threads of them, the first RP_PREFILL_PREFETCH prefetched), unless the call is too
@@ -42,6 +45,7 @@ enum {
      * z), so that its long chain of instructions (680 a warp for Qwen3-8B at T = 1, against 404
      * without norm: cuda-h200-stop29-ncu.txt) runs on several multiprocessors instead of one. */
     NORM_DECODE_BLOCK_THREADS = 128,
+    MAX_NORM_DECODE_CHUNKS = 64,
     MAX_HEAD_CHUNKS = 65535, /* gridDim.z */
     MAX_TABLE_BYTES = 48 * 1024,
     MAX_TOKENS_PER_BLOCK = 64, /* blockDim.z */
@@ -105,6 +109,33 @@ int rp_cuda_plan_complete(const rp_problem *p, rp_parts parts, rp_cuda_plan *pla
     return 0;
 }
 
+/* QK-norm decode: the heads a block takes (hy) when a token's `heads` are split into chunks of
+ * whole warps (gb lanes a head), or 0 where none serves. Of 1 .. MAX_NORM_DECODE_CHUNKS chunks of
+ * at least NORM_DECODE_BLOCK_THREADS threads, the fewest warps on the busiest multiprocessor
+ * (T x chunks blocks over sms), ties to fewer chunks; must_fit: only where every block is resident
+ * at once. Qwen3-8B on the H200 (cuda-h200-stop31-qknorm-ab*.log): three chunks at T = 1 and 16,
+ * two at 64, one at 128, each the fastest or within 1% of it among 1, 2, 3 and 6; three at
+ * T = 133-176. */
+static long long norm_decode_heads(long long T, long long sms, long long heads, long long gb, long long limit,
+                                   int must_fit)
+{
+    const long long least = NORM_DECODE_BLOCK_THREADS / gb > 1 ? NORM_DECODE_BLOCK_THREADS / gb : 1;
+    long long best_hy = 0, best_warps = 0;
+    for (long long c = 1; c <= div_up(heads, least) && c <= MAX_NORM_DECODE_CHUNKS; c++) {
+        const long long hy = div_up(div_up(heads, c) * gb, 32) * 32 / gb;
+        if (hy * gb > limit || (c > 1 && div_up(heads, hy) != c))
+            continue; /* too wide a block, or the same blocks as fewer chunks */
+        const long long blocks_per_sm = div_up(T * c, sms), warps = blocks_per_sm * hy * gb / 32;
+        if (must_fit && blocks_per_sm > RESIDENT_NORM_DECODE_THREADS / (hy * gb))
+            continue;
+        if (best_hy == 0 || warps < best_warps) {
+            best_hy = hy;
+            best_warps = warps;
+        }
+    }
+    return best_hy;
+}
+
 rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_parts parts)
 {
     rp_cuda_plan plan;
@@ -160,7 +191,14 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
      * keeps in flight: a block serves whole tokens and each thread prefetches several heads (the
      * prefill kernel; with few heads a token, prefetch drops to 1 and the decode kernel runs). */
     const long long sms = st->num_sms > 0 ? st->num_sms : 1;
-    const int large = T >= (norm ? LARGE_NORM_CALL_TOKENS_PER_SM : LARGE_CALL_TOKENS_PER_SM) * sms;
+    long long norm_hy = 0; /* QK-norm decode's heads a block; 0: the prefill kernel */
+    if (norm && T < MAX_NORM_DECODE_TOKENS_PER_SM * sms) {
+        const long long decode_limit = rp_block_threads(1, true);
+        norm_hy = norm_decode_heads(T, sms, heads, groups, decode_limit, 1);
+        if (norm_hy == 0 && T < sms) /* below a token a multiprocessor, decode even where blocks wait */
+            norm_hy = norm_decode_heads(T, sms, heads, groups, decode_limit, 0);
+    }
+    const int large = norm ? norm_hy == 0 : T >= LARGE_CALL_TOKENS_PER_SM * sms;
     long long gb = groups; /* a token of at most DECODE_GROUPS_PER_BLOCK groups stays in one block */
     if (!large && !norm && groups > DECODE_GROUPS_PER_BLOCK)
         gb = groups % DECODE_GROUPS_PER_BLOCK == 0 ? (long long)DECODE_GROUPS_PER_BLOCK : groups % 2 == 0 ? 2 : groups;
@@ -193,15 +231,8 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
                 hy = deep_hy;
         }
     }
-    if (norm && prefetch == 1) {
-        /* decode: a token's heads in chunks of at least NORM_DECODE_BLOCK_THREADS threads, as many
-         * as leave each multiprocessor one block (T chunks <= SMs), the heads spread evenly.
-         * Qwen3-8B (cuda-h200-stop31-qknorm-ab*.log): three chunks at T = 1 and 16, two at 64, one
-         * at 128, each the fastest or within 1% of it among 1, 2, 3 and 6 chunks. */
-        const long long most = NORM_DECODE_BLOCK_THREADS / gb > 1 ? NORM_DECODE_BLOCK_THREADS / gb : 1;
-        const long long wave = sms / T > 1 ? sms / T : 1, chunks = div_up(heads, most);
-        hy = div_up(heads, chunks < wave ? chunks : wave);
-    }
+    if (norm && prefetch == 1)
+        hy = norm_hy > 0 ? norm_hy : hy; /* decode: a token's heads in chunks (norm_decode_heads) */
     if (norm) /* whole warps: QK-norm's shuffles then take the full mask (qk_norm.cuh) */
         hy = div_up(hy * gb, 32) * 32 / gb;
     if (hy * gb > limit)

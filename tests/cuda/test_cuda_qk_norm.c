@@ -160,13 +160,14 @@ static void run_case(int64_t T, int64_t Hq, int64_t Hk, int64_t D, rp_dtype dt, 
 static void test_normalised_calls_match_float64_and_the_cpu(void)
 {
     /* 12/4/128: 20 heads, which the decode kernel splits into two blocks of 12 (plan.cu), the last
-     * part empty */
+     * part empty. T = 160: the decode kernel past a token a multiprocessor (132 on an H200), its
+     * blocks in head chunks. */
     static const int64_t shapes[][3] = {{32, 8, 128}, {16, 8, 256}, {12, 4, 128}, {8, 1, 64}, {4, 2, 32}};
-    const int64_t Ts[] = {1, 7, 300, 1500};
+    const int64_t Ts[] = {1, 7, 160, 300, 1500};
     int64_t same = 0, total = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int d = 0; d < 3; d++)
-            for (int i = 0; i < (test_quick() ? 2 : 4); i++)
+            for (int i = 0; i < (test_quick() ? 3 : 5); i++)
                 run_case(Ts[i], shapes[s][0], shapes[s][1], shapes[s][2], dtypes[d], (i + d) % 2 ? RP_F32 : dtypes[d],
                          (int)((s + i) % 3), (double)(i % 2), NULL, 0, &same, &total);
     printf("  %lld of %lld normalised outputs bit-identical to the CPU's\n", (long long)same, (long long)total);
