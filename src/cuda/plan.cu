@@ -18,8 +18,10 @@ enum {
      * once (RESIDENT_NORM_DECODE_THREADS a multiprocessor), up to this many tokens a
      * multiprocessor: Qwen3-8B at T = 160, three head chunks, 2.99 us against the prefill
      * kernel's 4.57; blocks that no longer all fit gained nothing (4.76), and from T = 256 the
-     * prefill kernel wins (4.79 against 5.28) (bench/results/qwen3-8b-qk-norm.md). */
-    MAX_NORM_DECODE_TOKENS_PER_SM = 2,
+     * prefill kernel wins (4.79 against 5.28) (bench/results/qwen3-8b-qk-norm.md); 32/4/64 at
+     * T = 300 (three tokens a multiprocessor, resident): 3.14 us against 5.0 (an H100,
+     * cuda-h100-stop33-plan-ab.log). */
+    MAX_NORM_DECODE_TOKENS_PER_SM = 3,
     RESIDENT_NORM_DECODE_THREADS = 65536 / 128, /* registers a multiprocessor / the launch bound's */
     LARGE_CALL_PREFETCH = RP_PREFILL_PREFETCH,
     /* Prefill: a token's heads are spread over at most this many threads (each then serves
@@ -136,6 +138,19 @@ static long long norm_decode_heads(long long T, long long sms, long long heads, 
     return best_hy;
 }
 
+/* Prefill: the heads a thread row takes (hy, at most `heads`) when a token may take `threads`
+ * threads, at least PREFILL_THREADS_PER_TOKEN, in whole warps: 112 threads a token ran 9-17%
+ * slower than 96 or 128 (plan-h200.md); the fewest heads a thread, spread evenly. */
+static long long prefill_heads(long long hy, long long heads, long long gb, long long threads)
+{
+    const long long step = 32 % gb == 0 ? 32 / gb : 1;
+    const long long floor_threads = PREFILL_THREADS_PER_TOKEN;
+    const long long most = (threads > floor_threads ? threads : floor_threads) / gb / step * step;
+    if (most >= 1 && hy > most)
+        hy = div_up(div_up(heads, div_up(heads, most)), step) * step;
+    return hy;
+}
+
 rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_parts parts)
 {
     rp_cuda_plan plan;
@@ -211,16 +226,17 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
      * 4.79 us against 5.25 with two heads a thread (ropepool-tune-cuda, qwen3-8b-qk-norm.md) */
     long long hy = norm && prefetch > 1 ? heads : div_up(heads, prefetch);
     if (prefetch > 1) {
-        /* threads a token may take: PREFILL_THREADS_PER_TOKEN, or as many as one wave of the
-         * call's tokens leaves it (at the launch bound's threads a multiprocessor), in whole
-         * warps: 112 threads a token ran 9-17% slower than 96 or 128 (plan-h200.md) */
-        const long long wave = sms * limit / T, floor_threads = PREFILL_THREADS_PER_TOKEN;
-        const long long step = 32 % gb == 0 ? 32 / gb : 1;
-        const long long most = (wave > floor_threads ? wave : floor_threads) / gb / step * step;
-        if (most >= 1 && hy > most) {
-            hy = div_up(heads, div_up(heads, most)); /* the fewest heads a thread, spread evenly */
-            hy = div_up(hy, step) * step;
-        }
+        /* threads a token may take: as many as one wave of the call's tokens leaves it (at the
+         * launch bound's threads a multiprocessor). QK-norm (a head a thread: wide tokens): where
+         * the busiest multiprocessor's whole tokens then do not fit at once, as many as they
+         * leave each. 16/8/256 at T = 160 took blocks of 512 threads, one a multiprocessor, 28
+         * of them serving two in turn: 8.47 us, now 6.42; 24-34% faster wherever it applies
+         * (16/8/256, 28/4/128, 12/4/128, 32/4/64). The plain calls it would change ran up to
+         * 44% slower (gpt-j-6b and DeepSeek-V3 MLA at T = 529-633): cuda-h100-stop33-plan-ab.log */
+        const long long tokens_per_sm = div_up(T, sms);
+        hy = prefill_heads(hy, heads, gb, sms * limit / T);
+        if (norm && tokens_per_sm * hy * gb > limit)
+            hy = prefill_heads(hy, heads, gb, limit / tokens_per_sm);
         if (T >= DEEP_CALL_TOKENS_PER_SM * sms && hy * gb % 32 != 0) {
             const long long threads = heads * gb / DEEP_CALL_HEADS_PER_THREAD;
             long long part = 32;
