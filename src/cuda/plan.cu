@@ -15,14 +15,13 @@ enum {
     LARGE_CALL_TOKENS_PER_SM = 4,
     /* QK-norm: the decode kernel's blocks (116-128 registers) fit fewer per multiprocessor than
      * the prefill kernel's (80 registers). It serves a call while its blocks are all resident at
-     * once (RESIDENT_NORM_DECODE_THREADS a multiprocessor), up to this many tokens a
+     * once (its launch bound's threads a multiprocessor), up to this many tokens a
      * multiprocessor: Qwen3-8B at T = 160, three head chunks, 2.99 us against the prefill
      * kernel's 4.57; blocks that no longer all fit gained nothing (4.76), and from T = 256 the
      * prefill kernel wins (4.79 against 5.28) (bench/results/qwen3-8b-qk-norm.md); 32/4/64 at
      * T = 300 (three tokens a multiprocessor, resident): 3.14 us against 5.0 (an H100,
      * cuda-h100-stop33-plan-ab.log). */
     MAX_NORM_DECODE_TOKENS_PER_SM = 3,
-    RESIDENT_NORM_DECODE_THREADS = 65536 / 128, /* registers a multiprocessor / the launch bound's */
     LARGE_CALL_PREFETCH = RP_PREFILL_PREFETCH,
     /* Prefill: a token's heads are spread over at most this many threads (each then serves
      * heads/threads of them, the first RP_PREFILL_PREFETCH prefetched), unless the call is too
@@ -115,7 +114,8 @@ int rp_cuda_plan_complete(const rp_problem *p, rp_parts parts, rp_cuda_plan *pla
  * whole warps (gb lanes a head), or 0 where none serves. Of 1 .. MAX_NORM_DECODE_CHUNKS chunks of
  * at least NORM_DECODE_BLOCK_THREADS threads, the fewest warps on the busiest multiprocessor
  * (T x chunks blocks over sms), ties to fewer chunks; must_fit: only where every block is resident
- * at once. Qwen3-8B on the H200 (cuda-h200-stop31-qknorm-ab*.log): three chunks at T = 1 and 16,
+ * at once (limit, the kernel's launch bound, is also the threads a multiprocessor holds: the bound
+ * caps its registers at 65536 / limit). Qwen3-8B on the H200 (cuda-h200-stop31-qknorm-ab*.log): three chunks at T = 1 and 16,
  * two at 64, one at 128, each the fastest or within 1% of it among 1, 2, 3 and 6; three at
  * T = 133-176. */
 static long long norm_decode_heads(long long T, long long sms, long long heads, long long gb, long long limit,
@@ -128,7 +128,7 @@ static long long norm_decode_heads(long long T, long long sms, long long heads, 
         if (hy * gb > limit || (c > 1 && div_up(heads, hy) != c))
             continue; /* too wide a block, or the same blocks as fewer chunks */
         const long long blocks_per_sm = div_up(T * c, sms), warps = blocks_per_sm * hy * gb / 32;
-        if (must_fit && blocks_per_sm > RESIDENT_NORM_DECODE_THREADS / (hy * gb))
+        if (must_fit && blocks_per_sm > limit / (hy * gb))
             continue;
         if (best_hy == 0 || warps < best_warps) {
             best_hy = hy;
