@@ -346,9 +346,10 @@ typedef struct rp_rope_pool_args {
  * float32's normal range, whose rounding is absolute), the pass-through dims within one ulp plus
  * 2 * 2^-24 * |y[i]| + 2^-149, on every backend and for every dtype (float32 included). CUDA and
  * the CPU's fast levels form y in float32 for float16 and bfloat16 inputs (CUDA: pairs of exact
- * squares rounded once and summed in float32 per 16 bytes; the CPU: the sum in float64; then rstd
- * rounded to float32, w + offset and two products rounded once each: relative error below
- * 6 * 2^-24, inside the same bounds, which the rounding to the 16-bit dtype dominates) unless the
+ * squares rounded once and summed in float32 per 16 bytes; the CPU: pairs of exact squares rounded
+ * once and summed in float64; then rstd rounded to float32, w + offset and two products rounded
+ * once each: relative error below 6 * 2^-24, inside the same bounds, which the rounding to the
+ * 16-bit dtype dominates) unless the
  * offset is not a float32 value, a head's mean square plus eps lies outside [2^-100, 2^64), or a
  * product could overflow float32 (CUDA: where |w + offset| exceeds 2^84; the CPU: a weight with
  * an |w + offset| neither 0 nor in [2^-87, 2^123)); those calls, heads and 16-byte vectors, float32

@@ -487,7 +487,9 @@ static void test_fast_kernels_round_subnormals_and_specials(void)
  * that they stream, and shifted so that they cannot: within the bound, pools exact, nothing else
  * written, and bit-identical to the same tokens run as small calls with ordinary stores. The
  * variants cover the direct streaming path (segments of whole lines: NeoX 128, GPT-J 64 of 128),
- * the staged one (NeoX 24 of 96, GPT-J 40 of 80) and none (bf16 NeoX 96: half a row is 1.5 lines). */
+ * the staged one (NeoX 24 of 96, GPT-J 40 of 80) and none (bf16 NeoX 96: half a row is 1.5 lines);
+ * bf16 also with QK-norm, which normalises inside the direct path's rotation (simd_norm_head) and
+ * through a float32 row in the staged one. */
 static void test_fast_kernels_large_calls_stream_the_same_bits(void)
 {
     static const struct {
@@ -501,24 +503,30 @@ static void test_fast_kernels_large_calls_stream_the_same_bits(void)
         if (!levels[l].supported)
             continue;
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
-            for (int d = 0; d < 3; d += 2) {
+            for (int run = 0; run < 3; run++) { /* f32; bf16; bf16 with QK-norm */
+                const int d = run ? 2 : 0, norm = run == 2;
                 const rp_dtype dt = dtypes[d];
                 const size_t e = rp_dtype_size(dt);
                 const int64_t D = cases[c].D;
                 const int64_t T = RP_STREAM_MIN_BYTES / ((2 * Hq + 5 * Hk) * D * (int64_t)e) + 7, P = T + 5;
                 for (int shift = 0; shift < 2; shift++) {
-                    if (test_quick() && shift != (int)(c + d / 2) % 2)
+                    if (test_quick() && shift != (int)(c + d / 2 + norm) % 2)
                         continue; /* quick runs (emulated): one layout per case and dtype, alternating */
                     fixture f, g;
+                    norm_weights wf = {NULL, NULL}, wg = {NULL, NULL};
                     test_rng r1 = {77}, r2 = {77};
                     fixture_init(&f, &r1, T, Hq, Hk, D, P, dt, RP_I32, 1 << 20, 1);
                     fixture_init(&g, &r2, T, Hq, Hk, D, P, dt, RP_I32, 1 << 20, 1);
                     fixture_set_variant(&f, &r1, &cases[c].v);
                     fixture_set_variant(&g, &r2, &cases[c].v);
+                    if (norm) {
+                        set_norm(&r1, &f, &wf, NORM_BOTH, dt, 0.0);
+                        set_norm(&r2, &g, &wg, NORM_BOTH, dt, 0.0);
+                    }
                     char what[160], name[64];
-                    snprintf(what, sizeof what, "%s %s %s T=%lld %s", levels[l].name, rp_dtype_name(dt),
+                    snprintf(what, sizeof what, "%s %s %s T=%lld %s%s", levels[l].name, rp_dtype_name(dt),
                              variant_name(&cases[c].v, D, name, sizeof name), (long long)T,
-                             shift ? "shifted" : "on cache lines");
+                             shift ? "shifted" : "on cache lines", norm ? ", QK-norm" : "");
                     const layout L = {0, 0, shift, 0};
                     check_padded_call(&levels[l], &f, L, RP_PARTS_ALL, what);
                     for (int64_t t0 = 0; t0 < T; t0 += 16) { /* each piece far below the threshold */
@@ -544,6 +552,10 @@ static void test_fast_kernels_large_calls_stream_the_same_bits(void)
                      * it copies k_rot. */
                     for (int part = RP_PARTS_ROTATE; shift == 0 && d == 0 && part <= RP_PARTS_SCATTER; part++)
                         check_padded_call(&levels[l], &f, L, (rp_parts)part, what);
+                    free(wf.q);
+                    free(wf.k);
+                    free(wg.q);
+                    free(wg.k);
                     fixture_free(&f);
                     fixture_free(&g);
                 }

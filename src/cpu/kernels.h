@@ -117,44 +117,96 @@ static inline const rp_cpu_norm *rp_cpu_norm_prepare(const rp_problem *p, const 
     return n;
 }
 
-/* The D elements of one head row src (dtype dt) normalised into y. The sum of squares in float64
- * (a float32's square is exact there, so FMA contraction cannot change it; sixteen partial sums
- * in a fixed order, which compilers vectorise, so every level gets the same bits: sixteen rather
- * than eight give AVX2 four independent chains of FMAs, 7% off a Qwen3-8B bf16 call with the
- * exact reciprocal below, bench/results/qwen3-8b-qk-norm.md) and rstd = 1 / sqrt(sum / D + eps).
- * Then, the float64 path: y[i] = float32(x[i] * (gain[i] * rstd)), one rounding, the header's
- * "no intermediate rounding". The float32 path (16-bit inputs, n->float32, and sum / D + eps in
- * [2^-100, 2^64)): y[i] = (x[i] * float32(rstd) 2^39) * staged[i], relative error below 4 * 2^-24
- * (rstd and w + offset rounded once each, two products): a nonzero 16-bit x is at least 2^-133
- * and 2^7 < float32(rstd) 2^39 <= 2^89, so the first product is normal, and |x| rstd <= sqrt(D)
- * <= 2^4.5, so the second stays below 2^127.5 (a subnormal y's absolute error, below 2^-150, is
- * the header's last term). Qwen3-8B bf16 calls ran 17% faster on AVX2 than with the float64
- * scaling (qwen3-8b-qk-norm.md). */
-static inline void rp_cpu_norm_row(const rp_problem *p, rp_dtype dt, const char *src, const rp_cpu_norm *n,
+/* The mean of the squares of y[0 .. D), their sum in float64: sixteen partial sums in a fixed order, which compilers
+ * vectorise, so every level gets the same bits (a float32's square is exact in float64, so FMA
+ * contraction cannot change it; sixteen rather than eight give AVX2 four independent chains of
+ * FMAs, 7% off a Qwen3-8B bf16 call, bench/results/qwen3-8b-qk-norm.md). pairs: the float32
+ * path's sum instead, of 16-bit values: the squares of elements i and i + 8 of each sixteen, both
+ * exact in float32 (8 or 11 significant bits each, doubled), added with one rounding (fmaf), and
+ * those eight sums a sixteen accumulated in float64: relative error below 2^-24 (u) where no
+ * square leaves float32's normal range (v in [2^-100, 2^64) below: a subnormal square's error,
+ * 2^-150 at most, is then negligible against v), half the float64 conversions and additions. */
+static inline double rp_cpu_mean_square(const float *y, int64_t D, int pairs)
+{
+    double acc[16] = {0}, sum;
+    int64_t i = 0;
+    if (pairs) {
+        for (; i + 16 <= D; i += 16)
+            for (int l = 0; l < 8; l++)
+                acc[l] += (double)fmaf(y[i + 8 + l], y[i + 8 + l], y[i + l] * y[i + l]);
+        for (; i < D; i++)
+            acc[0] += (double)y[i] * (double)y[i];
+        sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    } else {
+        for (; i + 16 <= D; i += 16)
+            for (int l = 0; l < 16; l++)
+                acc[l] += (double)y[i + l] * (double)y[i + l];
+        for (; i < D; i++)
+            acc[0] += (double)y[i] * (double)y[i];
+        sum = (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))) +
+              (((acc[8] + acc[9]) + (acc[10] + acc[11])) + ((acc[12] + acc[13]) + (acc[14] + acc[15])));
+    }
+    /* sum / D, by the exact reciprocal where D is a power of two (the same value, no division) */
+    return (D & (D - 1)) == 0 ? sum * (1.0 / (double)D) : sum / (double)D;
+}
+
+/* v = sum / D + eps of one head row src (dtype dt), which is left in y widened to float32. The
+ * sum by pairs (rp_cpu_mean_square) where the float32 path may take the head (n->float32), and
+ * again exactly where that v falls outside the path's range: a head that takes the float64 path
+ * has the exact float64 sum of its squares. */
+static inline double rp_cpu_norm_v(const rp_problem *p, const rp_cpu_norm *n, rp_dtype dt, const char *src,
                                    float *y)
 {
     const int64_t D = p->head_dim;
     rp_cpu_widen_row(dt, src, D, y);
-    double acc[16] = {0};
-    int64_t i = 0;
-    for (; i + 16 <= D; i += 16)
-        for (int l = 0; l < 16; l++)
-            acc[l] += (double)y[i + l] * (double)y[i + l];
-    for (; i < D; i++)
-        acc[0] += (double)y[i] * (double)y[i];
-    const double sum = (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))) +
-                       (((acc[8] + acc[9]) + (acc[10] + acc[11])) + ((acc[12] + acc[13]) + (acc[14] + acc[15])));
-    /* sum / D, by the exact reciprocal where D is a power of two (the same value, no division) */
-    const double mean = (D & (D - 1)) == 0 ? sum * (1.0 / (double)D) : sum / (double)D;
-    const double v = mean + p->norm_eps, rstd = 1.0 / sqrt(v);
-    if (n->float32 && v >= 0x1p-100 && v < 0x1p64) { /* n->float32: 16-bit inputs; false for NaN */
-        const float scaled = (float)rstd * 0x1p39f;
-        for (i = 0; i < D; i++)
+    const double v = rp_cpu_mean_square(y, D, n->float32) + p->norm_eps;
+    if (n->float32 && !(v >= 0x1p-100 && v < 0x1p64))
+        return rp_cpu_mean_square(y, D, 0) + p->norm_eps;
+    return v;
+}
+
+/* Whether a head whose sum / D + eps is v takes the float32 path (n->float32: 16-bit inputs and
+ * weights it can take; false for a NaN v). */
+static inline int rp_cpu_norm_float32(const rp_cpu_norm *n, double v)
+{
+    return n->float32 && v >= 0x1p-100 && v < 0x1p64;
+}
+
+/* The float32 path's first factor, float32(rstd) 2^39, of rstd = 1 / sqrt(v). */
+static inline float rp_cpu_norm_scaled_rstd(double rstd)
+{
+    return (float)rstd * 0x1p39f;
+}
+
+/* The D widened elements of a head row in y normalised in place, given v = rp_cpu_norm_v and
+ * rstd = 1 / sqrt(v) (rp_cpu_norm_row does it all for the row src). The float64 path: y[i] =
+ * float32(x[i] * (gain[i] * rstd)), one rounding, the header's "no intermediate rounding". The
+ * float32 path (rp_cpu_norm_float32: 16-bit inputs, n->float32, and v in [2^-100, 2^64)): y[i] =
+ * (x[i] * float32(rstd) 2^39) * staged[i], relative error below 4 * 2^-24 (rstd and w + offset
+ * rounded once each, two products): a nonzero 16-bit x is at least 2^-133 and 2^7 < float32(rstd)
+ * 2^39 <= 2^89, so the first product is normal, and |x| rstd <= sqrt(D) <= 2^4.5, so the second
+ * stays below 2^127.5 (a subnormal y's absolute error, below 2^-150, is the header's last term).
+ * Qwen3-8B bf16 calls ran 17% faster on AVX2 than with the float64 scaling (qwen3-8b-qk-norm.md).
+ * The vector levels apply the float32 path's two products inside their rotation instead
+ * (rope_pool_simd.h, simd_norm_head): the same values. */
+static inline void rp_cpu_norm_apply(const rp_problem *p, const rp_cpu_norm *n, double v, double rstd, float *y)
+{
+    const int64_t D = p->head_dim;
+    if (rp_cpu_norm_float32(n, v)) {
+        const float scaled = rp_cpu_norm_scaled_rstd(rstd);
+        for (int64_t i = 0; i < D; i++)
             y[i] = (y[i] * scaled) * n->staged[i];
         return;
     }
-    for (i = 0; i < D; i++)
+    for (int64_t i = 0; i < D; i++)
         y[i] = (float)((double)y[i] * (n->gain[i] * rstd));
+}
+
+static inline void rp_cpu_norm_row(const rp_problem *p, rp_dtype dt, const char *src, const rp_cpu_norm *n,
+                                   float *y)
+{
+    const double v = rp_cpu_norm_v(p, n, dt, src, y);
+    rp_cpu_norm_apply(p, n, v, 1.0 / sqrt(v), y);
 }
 
 #endif /* RP_CPU_KERNELS_H */

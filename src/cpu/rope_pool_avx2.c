@@ -252,6 +252,11 @@ static RP_ALWAYS_INLINE __m256 rotate_pairs8_values(__m256 x, const float *cd, c
 typedef __m256 simd8;
 typedef __m256 simd8_scale;
 #define SIMD8_SCALE(x) _mm256_set1_ps(x)
+
+static RP_ALWAYS_INLINE __m256 normalise8(__m256 x, float rstd, const float *w)
+{
+    return _mm256_mul_ps(_mm256_mul_ps(x, _mm256_set1_ps(rstd)), _mm256_loadu_ps(w));
+}
 #include "rope_pool_simd8.h"
 
 /* ---- copies --------------------------------------------------------------------------------------- */

@@ -201,14 +201,33 @@ static RP_ALWAYS_INLINE __m512 cs_load(const float *p, __mmask16 m)
     return m == (__mmask16)0xffff ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
 }
 
+/* load_line, and with QK-norm's gains (g not NULL) normalised by those of head dims [gi, gi +
+ * LINE_LANES) (simd_gain: (x * rstd) * w). */
+static RP_ALWAYS_INLINE line load_line_normed(rp_dtype dt, const char *p, __mmask32 m, const simd_gain *g,
+                                              int64_t gi)
+{
+    line v = load_line(dt, p, m);
+    if (!g)
+        return v;
+    const __m512 rstd = _mm512_set1_ps(g->rstd);
+    v.lo = _mm512_mul_ps(_mm512_mul_ps(v.lo, rstd), cs_load(g->w + gi, (__mmask16)m));
+    if (dt != RP_F32)
+        v.hi = _mm512_mul_ps(_mm512_mul_ps(v.hi, rstd), cs_load(g->w + gi + 16, (__mmask16)(m >> 16)));
+    else
+        v.hi = v.lo;
+    return v;
+}
+
 /* Pairs [j, j + LINE_LANES) masked by m; at = j * element size, half_bytes = half * element size;
- * the pool row (format pool_dt) takes them at its own element size. */
+ * the pool row (format pool_dt) takes them at its own element size. g: QK-norm's gains, or NULL. */
 static RP_ALWAYS_INLINE void rotate_line(rp_dtype dt, rp_dtype pool_dt, int stream_dst, int stream_pool,
                                          const char *src, char *dst, char *pool, int64_t at,
                                          int64_t half_bytes, const float *cs, const float *sn, __mmask32 m,
-                                         __m512 inv_scale)
+                                         __m512 inv_scale, const simd_gain *g)
 {
-    const line x = load_line(dt, src + at, m), y = load_line(dt, src + at + half_bytes, m);
+    const int64_t elem = dt == RP_F32 ? 4 : 2;
+    const line x = load_line_normed(dt, src + at, m, g, at / elem);
+    const line y = load_line_normed(dt, src + at + half_bytes, m, g, (at + half_bytes) / elem);
     line out_x, out_y;
     const __mmask16 m_lo = (__mmask16)m, m_hi = (__mmask16)(m >> 16);
     const __m512 c_lo = cs_load(cs, m_lo), s_lo = cs_load(sn, m_lo);
@@ -227,7 +246,6 @@ static RP_ALWAYS_INLINE void rotate_line(rp_dtype dt, rp_dtype pool_dt, int stre
         store_line(dt, stream_pool, pool + at, out_x, m);
         store_line(dt, stream_pool, pool + at + half_bytes, out_y, m);
     } else if (pool) {
-        const int64_t elem = dt == RP_F32 ? 4 : 2;
         store_fp8_line(dt, pool_dt, stream_pool, pool + at / elem, out_x, m, inv_scale);
         store_fp8_line(dt, pool_dt, stream_pool, pool + (at + half_bytes) / elem, out_y, m, inv_scale);
     }
@@ -235,26 +253,28 @@ static RP_ALWAYS_INLINE void rotate_line(rp_dtype dt, rp_dtype pool_dt, int stre
 
 static RP_ALWAYS_INLINE void simd_rotate(rp_dtype dt, rp_dtype pool_dt, int stream_dst, int stream_pool,
                                          const char *src, char *dst, char *pool, int64_t half,
-                                         int64_t n, const float *cs, const float *sn, float inv_scale)
+                                         int64_t n, const float *cs, const float *sn, float inv_scale,
+                                         const simd_gain *g)
 {
     const int64_t elem = dt == RP_F32 ? 4 : 2, lanes = LINE_LANES(dt), half_bytes = half * elem;
     const __m512 scale = _mm512_set1_ps(inv_scale);
     int64_t j = 0;
     for (; j + lanes <= n; j += lanes)
         rotate_line(dt, pool_dt, stream_dst, stream_pool, src, dst, pool, j * elem, half_bytes, cs + j, sn + j,
-                    ALL32, scale);
+                    ALL32, scale, g);
     if (j < n)
         rotate_line(dt, pool_dt, 0, 0, src, dst, pool, j * elem, half_bytes, cs + j, sn + j,
-                    (__mmask32)((1u << (n - j)) - 1), scale);
+                    (__mmask32)((1u << (n - j)) - 1), scale, g);
 }
 
 /* GPT-J: elements [at, at + LINE_LANES) masked by m, as neighbouring pairs. vpermilps swaps the
  * two floats of each pair within its 128-bit lane. */
 static RP_ALWAYS_INLINE void rotate_pairs_line(rp_dtype dt, rp_dtype pool_dt, int stream_dst, int stream_pool,
                                                const char *src, char *dst, char *pool, int64_t at,
-                                               const float *cd, const float *sd, __mmask32 m, __m512 inv_scale)
+                                               const float *cd, const float *sd, __mmask32 m, __m512 inv_scale,
+                                               const simd_gain *g)
 {
-    const line x = load_line(dt, src + at, m);
+    const line x = load_line_normed(dt, src + at, m, g, at / (dt == RP_F32 ? 4 : 2));
     line out;
     const __mmask16 m_lo = (__mmask16)m, m_hi = (__mmask16)(m >> 16);
     out.lo = _mm512_fmadd_ps(x.lo, cs_load(cd, m_lo), _mm512_mul_ps(_mm512_permute_ps(x.lo, 0xb1), cs_load(sd, m_lo)));
@@ -272,17 +292,17 @@ static RP_ALWAYS_INLINE void rotate_pairs_line(rp_dtype dt, rp_dtype pool_dt, in
 static RP_ALWAYS_INLINE void simd_rotate_interleaved(rp_dtype dt, rp_dtype pool_dt, int stream_dst,
                                                      int stream_pool, const char *src, char *dst, char *pool,
                                                      int64_t n, const float *cd, const float *sd,
-                                                     float inv_scale)
+                                                     float inv_scale, const simd_gain *g)
 {
     const int64_t elem = dt == RP_F32 ? 4 : 2, lanes = LINE_LANES(dt);
     const __m512 scale = _mm512_set1_ps(inv_scale);
     int64_t i = 0;
     for (; i + lanes <= n; i += lanes)
         rotate_pairs_line(dt, pool_dt, stream_dst, stream_pool, src, dst, pool, i * elem, cd + i, sd + i, ALL32,
-                          scale);
+                          scale, g);
     if (i < n)
         rotate_pairs_line(dt, pool_dt, 0, 0, src, dst, pool, i * elem, cd + i, sd + i,
-                          (__mmask32)((1u << (n - i)) - 1), scale);
+                          (__mmask32)((1u << (n - i)) - 1), scale, g);
 }
 
 /* ---- copies --------------------------------------------------------------------------------------- */

@@ -218,6 +218,14 @@ static RP_ALWAYS_INLINE half8 rotate_pairs8_values(half8 x, const float *cd, con
 typedef half8 simd8;
 typedef float32x4_t simd8_scale;
 #define SIMD8_SCALE(x) vdupq_n_f32(x)
+
+static RP_ALWAYS_INLINE half8 normalise8(half8 x, float rstd, const float *w)
+{
+    half8 v;
+    v.lo = vmulq_f32(vmulq_n_f32(x.lo, rstd), vld1q_f32(w));
+    v.hi = vmulq_f32(vmulq_n_f32(x.hi, rstd), vld1q_f32(w + 4));
+    return v;
+}
 #include "rope_pool_simd8.h"
 
 /* ---- copies --------------------------------------------------------------------------------------- */

@@ -19,8 +19,8 @@
  * per element: x' = fma(x, c, round(y * -n)) = fma(x, c, -round(y * n)) (rounding to nearest is
  * symmetric), y' = fma(y, c, round(x * n)). So the styles agree bit for bit on the same pair, every
  * ISA does the same operations in the same order, and the partition of tokens between threads
- * cannot change a result. Dims R..D-1 are copied. QK-norm heads are normalised first into a
- * float32 row (kernels.h, simd_norm_head).
+ * cannot change a result. Dims R..D-1 are copied. QK-norm heads are normalised as the rotation
+ * loads them (16-bit inputs) or first into a float32 row (simd_norm_head).
  *
  * Pools: every row address comes from rp_pool_offset (flat, NHD, HND, any block size and
  * strides). fp8 pools (pool_dt an fp8 format) take fp8(x' * float32(1 / scale)) of the float32
@@ -69,25 +69,37 @@ enum {
  * recomputes them with libm. */
 static int simd_sincos(const double *inv_freq, int64_t n, double pos, double scale, float *cs, float *sn);
 
+/* QK-norm's float32 path inside the rotation (simd_norm_head): every element x[i] of the head
+ * row is loaded as (x[i] * rstd) * w[i], float32 products in that order, before it rotates: the
+ * values rp_cpu_norm_row's float32 path would have stored (rstd = float32(rstd) 2^39, w = the
+ * staged (w + offset) 2^-39, indexed by head dim). NULL for a call without QK-norm, a constant
+ * there once inlined, so the plain rotation is compiled without it. */
+typedef struct simd_gain {
+    const float *w;
+    float rstd;
+} simd_gain;
+
 /* NeoX: rotates the pairs (x[j], x[j + half]) for j < n of one head row x = src (dtype dt; half
  * = R/2, the driver offsets src to a chunk), writing dst (which may be src: every pair is read
  * before it is written) and, unless pool is NULL, the pool head row `pool` (at this chunk's pair
  * 0) in format pool_dt: dt, or an fp8 format, which stores fp8(x' * inv_scale) of the float32 x'
  * (one rounding to fp8 of that product). cs/sn hold n entries. stream_dst / stream_pool select
- * streaming stores for dst / pool; dt, pool_dt and both flags are constants once inlined. */
+ * streaming stores for dst / pool; dt, pool_dt and both flags are constants once inlined. g: the
+ * QK-norm gains (whole-head calls only: src at pair 0), or NULL. */
 static RP_ALWAYS_INLINE void simd_rotate(rp_dtype dt, rp_dtype pool_dt, int stream_dst, int stream_pool,
                                          const char *src, char *dst, char *pool, int64_t half,
-                                         int64_t n, const float *cs, const float *sn, float inv_scale);
+                                         int64_t n, const float *cs, const float *sn, float inv_scale,
+                                         const simd_gain *g);
 
 /* GPT-J: rotates the n elements (n even) of one head row x = src as neighbouring pairs,
  *     out[i] = fma(x[i], cd[i], round(x[i ^ 1] * sd[i])),
  * writing dst (which may be src) and, unless pool is NULL, pool (format pool_dt, as for
- * simd_rotate); cd/sd hold n entries (the duplicated tables of simd_interleave_table). Flags as
- * for simd_rotate. */
+ * simd_rotate); cd/sd hold n entries (the duplicated tables of simd_interleave_table). Flags and
+ * g as for simd_rotate. */
 static RP_ALWAYS_INLINE void simd_rotate_interleaved(rp_dtype dt, rp_dtype pool_dt, int stream_dst,
                                                      int stream_pool, const char *src, char *dst, char *pool,
                                                      int64_t n, const float *cd, const float *sd,
-                                                     float inv_scale);
+                                                     float inv_scale, const simd_gain *g);
 
 /* n float32 values at src to dtype dt at dst (round to nearest-even), with streaming stores if
  * `stream` (whole, aligned lines only: the caller checked): the QK-norm path's output rows. */
@@ -258,59 +270,117 @@ static inline void simd_touch_pool_rows(const rp_problem *p, int64_t t, int64_t 
 }
 
 /* Pairs [i0, i0 + n) of one head row, in the call's style; tc/ts are cs/sn (NeoX) or the
- * duplicated tables (GPT-J). */
+ * duplicated tables (GPT-J); g: QK-norm's gains (i0 = 0), or NULL. */
 static RP_ALWAYS_INLINE void simd_rotate_pairs(const rp_problem *p, rp_dtype dt, rp_dtype pool_dt,
                                                int stream_dst, int stream_pool, const char *src, char *dst,
                                                char *pool, int64_t i0, int64_t n, const float *tc,
-                                               const float *ts, float inv_scale)
+                                               const float *ts, float inv_scale, const simd_gain *g)
 {
     const int64_t elem = dt == RP_F32 ? 4 : 2, pool_elem = pool_dt == dt ? elem : 1;
     if (p->style == RP_ROPE_GPTJ) {
         simd_rotate_interleaved(dt, pool_dt, stream_dst, stream_pool, src + 2 * i0 * elem, dst + 2 * i0 * elem,
-                                pool ? pool + 2 * i0 * pool_elem : NULL, 2 * n, tc, ts, inv_scale);
+                                pool ? pool + 2 * i0 * pool_elem : NULL, 2 * n, tc, ts, inv_scale, g);
     } else {
         simd_rotate(dt, pool_dt, stream_dst, stream_pool, src + i0 * elem, dst + i0 * elem,
-                    pool ? pool + i0 * pool_elem : NULL, p->rotary_dim / 2, n, tc, ts, inv_scale);
+                    pool ? pool + i0 * pool_elem : NULL, p->rotary_dim / 2, n, tc, ts, inv_scale, g);
     }
 }
 
-/* QK-norm (norm: the weight's factors, kernels.h): the head row, one chunk by rp_cpu_norm_fits, is
- * normalised into a float32 row y, rotated in float32 into a second row (the pass-through dims
- * keep y), and that row is narrowed to dst and the pool (fp8: fp8(x' * inv_scale) of the float32
- * x', as without the norm). Reading the whole row first keeps the in-place call safe. */
-static RP_ALWAYS_INLINE void simd_norm_head(const rp_problem *p, rp_dtype dt, rp_dtype pool_dt, int stream_dst,
-                                            int stream_pool, const char *src, char *dst, char *pool,
-                                            const rp_cpu_norm *norm, int64_t n, const float *tc, const float *ts,
+/* A QK-norm head's v = sum / D + eps (rp_cpu_norm_v) and rstd = 1 / sqrt(v). */
+typedef struct simd_head_norm {
+    double v, rstd;
+} simd_head_norm;
+
+/* The norms of heads [h, h + SIMD_NORM_AHEAD) of token t (fewer at the end: `count` heads in all)
+ * of the rows at base, formed before any of them rotates. A head's sum of squares, square root
+ * and division are a chain of ~100 cycles on Zen 4, which its rotation waited for, head after
+ * head (perf: the division's result the slice's hottest wait); formed ahead, the chains of a
+ * group overlap one another and the rotations that follow (Qwen3-8B bf16, AVX2, one thread,
+ * T = 16: 53 -> 49 us). */
+enum { SIMD_NORM_AHEAD = 8 };
+
+static __attribute__((noinline)) void simd_norm_ahead(const rp_problem *p, rp_dtype dt, const void *base,
+                                                      const int64_t stride[3], const rp_cpu_norm *norm, int64_t t,
+                                                      int64_t h, int64_t count, simd_head_norm *norms)
+{
+    const int64_t elem = dt == RP_F32 ? 4 : 2;
+    float y[RP_CPU_NORM_MAX_DIM] __attribute__((aligned(64)));
+    for (int64_t i = 0; i < SIMD_NORM_AHEAD && h + i < count; i++) {
+        norms[i].v = rp_cpu_norm_v(p, norm, dt, simd_row(base, stride, t, h + i, elem), y);
+        norms[i].rstd = 1.0 / sqrt(norms[i].v);
+    }
+}
+
+/* n float32 values at src to a pool row of format pool_dt: rounded to dt, or fp8(x * inv_scale). */
+static RP_ALWAYS_INLINE void simd_narrow_to_pool(rp_dtype dt, rp_dtype pool_dt, int stream, char *pool,
+                                                 const float *src, int64_t n, float inv_scale)
+{
+    if (pool_dt == dt)
+        simd_narrow(dt, stream, pool, src, n);
+    else
+        simd_to_fp8(RP_F32, pool_dt, stream, (uint8_t *)pool, (const char *)src, n, inv_scale);
+}
+
+/* QK-norm (norm: the weight's factors, kernels.h; hn: this head's, simd_norm_ahead) on a head row,
+ * one chunk by rp_cpu_norm_fits:
+ *  - the float32 path (16-bit inputs, rp_cpu_norm_float32), unless the call stages its streamed
+ *    rows (SIMD_STAGE, partial rotary: those stores are not whole lines here): the rotation
+ *    normalises each vector as it loads it (simd_gain) and stores dst and the pool as without the
+ *    norm; the pass-through dims are normalised from a widened copy and narrowed. One pass over
+ *    the row instead of four (normalise, rotate, narrow twice).
+ *  - else the row is widened into y and normalised there (rp_cpu_norm_apply), rotated in float32
+ *    into a second row (the pass-through dims keep y), and that row is narrowed to dst and the
+ *    pool (fp8: fp8(x' * inv_scale) of the float32 x', as without the norm).
+ * Either reads its row before it writes (in place: dst = src). A q head has no pool row (NULL):
+ * pool_dt and the pool's streaming bit then go unused. */
+static RP_ALWAYS_INLINE void simd_norm_head(const rp_problem *p, rp_dtype dt, rp_dtype pool_dt, int mode,
+                                            const char *src, char *dst, char *pool, const rp_cpu_norm *norm,
+                                            simd_head_norm hn, int64_t n, const float *tc, const float *ts,
                                             float inv_scale)
 {
-    const int64_t R = p->rotary_dim, D = p->head_dim;
+    const int stream_dst = mode & SIMD_STREAM_ROWS, stream_pool = mode & SIMD_STREAM_POOL;
+    const int64_t R = p->rotary_dim, D = p->head_dim, elem = dt == RP_F32 ? 4 : 2;
+    const int64_t pool_elem = pool_dt == dt ? elem : 1;
     float y[RP_CPU_NORM_MAX_DIM] __attribute__((aligned(64)));
     float out[RP_CPU_NORM_MAX_DIM] __attribute__((aligned(64)));
-    rp_cpu_norm_row(p, dt, src, norm, y);
-    simd_rotate_pairs(p, RP_F32, RP_F32, 0, 0, (const char *)y, (char *)out, NULL, 0, n, tc, ts, 1.0f);
+    if (dt != RP_F32 && !(mode & SIMD_STAGE) && rp_cpu_norm_float32(norm, hn.v)) {
+        const simd_gain g = {norm->staged, rp_cpu_norm_scaled_rstd(hn.rstd)};
+        if (R < D) /* widened before the rotation may overwrite src */
+            rp_cpu_widen_row(dt, src + R * elem, D - R, y + R);
+        simd_rotate_pairs(p, dt, pool_dt, stream_dst, stream_pool, src, dst, pool, 0, n, tc, ts, inv_scale, &g);
+        if (R == D)
+            return;
+        for (int64_t i = R; i < D; i++)
+            out[i] = (y[i] * g.rstd) * norm->staged[i];
+        simd_narrow(dt, stream_dst, dst + R * elem, out + R, D - R);
+        if (pool)
+            simd_narrow_to_pool(dt, pool_dt, stream_pool, pool + R * pool_elem, out + R, D - R, inv_scale);
+        return;
+    }
+    rp_cpu_widen_row(dt, src, D, y);
+    rp_cpu_norm_apply(p, norm, hn.v, hn.rstd, y);
+    simd_rotate_pairs(p, RP_F32, RP_F32, 0, 0, (const char *)y, (char *)out, NULL, 0, n, tc, ts, 1.0f, NULL);
     memcpy(out + R, y + R, (size_t)(D - R) * sizeof(float));
     simd_narrow(dt, stream_dst, dst, out, D);
-    if (pool && pool_dt == dt)
-        simd_narrow(dt, stream_pool, pool, out, D);
-    else if (pool)
-        simd_to_fp8(RP_F32, pool_dt, stream_pool, (uint8_t *)pool, (const char *)out, D, inv_scale);
+    if (pool)
+        simd_narrow_to_pool(dt, pool_dt, stream_pool, pool, out, D, inv_scale);
 }
+
+/* simd_norm_head compiled out of line, once per slice (SIMD_SLICE): inlined into the slice beside
+ * the plain heads' code, it made the plain call 2-6% slower (AVX2, Qwen3-8B and Llama-3-8B bf16
+ * shapes, one thread, T = 1 to 4096, paired rounds). A QK-norm head costs one call more. */
+typedef void (*simd_norm_fn)(const rp_problem *p, const char *src, char *dst, char *pool, const rp_cpu_norm *norm,
+                             simd_head_norm hn, int64_t n, const float *tc, const float *ts, float inv_scale);
 
 /* One head row src -> dst (and pool unless NULL): pairs [i0, i0 + n) and, with the last chunk,
  * the pass-through dims R..D-1 (not copied onto themselves in place). With SIMD_STAGE and a
- * streaming output, the row (one chunk, by simd_streaming) goes through an L1 scratch row. With
- * QK-norm (norm not NULL), simd_norm_head. */
+ * streaming output, the row (one chunk, by simd_streaming) goes through an L1 scratch row. */
 static RP_ALWAYS_INLINE void simd_head(const rp_problem *p, rp_dtype dt, rp_dtype pool_dt, int mode,
                                        int stream_dst, int stream_pool, const char *src, char *dst, char *pool,
-                                       int64_t i0, int64_t n, const float *tc, const float *ts, float inv_scale,
-                                       const rp_cpu_norm *norm)
+                                       int64_t i0, int64_t n, const float *tc, const float *ts, float inv_scale)
 {
     const int64_t elem = dt == RP_F32 ? 4 : 2, pool_elem = pool_dt == dt ? elem : 1;
     const int64_t R = p->rotary_dim, D = p->head_dim;
-    if (norm) {
-        simd_norm_head(p, dt, pool_dt, stream_dst, stream_pool, src, dst, pool, norm, n, tc, ts, inv_scale);
-        return;
-    }
     if ((mode & SIMD_STAGE) && (stream_dst || (pool && stream_pool))) {
         /* Only the lines holding rotated dims go through the scratch row; the pass-through lines
          * after them stream straight from src. An fp8 pool row (never streamed) takes its codes
@@ -318,7 +388,7 @@ static RP_ALWAYS_INLINE void simd_head(const rp_problem *p, rp_dtype dt, rp_dtyp
         char row[SIMD_STAGE_BYTES] __attribute__((aligned(64)));
         char *fp8_pool = pool_dt != dt ? pool : NULL;
         const int64_t staged = (R * elem + SIMD_LINE - 1) / SIMD_LINE * SIMD_LINE, rest = D * elem - staged;
-        simd_rotate_pairs(p, dt, pool_dt, 0, 0, src, row, fp8_pool, 0, n, tc, ts, inv_scale);
+        simd_rotate_pairs(p, dt, pool_dt, 0, 0, src, row, fp8_pool, 0, n, tc, ts, inv_scale, NULL);
         simd_copy(0, row + R * elem, src + R * elem, staged - R * elem);
         simd_copy(stream_dst, dst, row, staged);
         if (fp8_pool) {
@@ -331,7 +401,7 @@ static RP_ALWAYS_INLINE void simd_head(const rp_problem *p, rp_dtype dt, rp_dtyp
             simd_copy(stream_dst, dst + staged, src + staged, rest);
         return;
     }
-    simd_rotate_pairs(p, dt, pool_dt, stream_dst, stream_pool, src, dst, pool, i0, n, tc, ts, inv_scale);
+    simd_rotate_pairs(p, dt, pool_dt, stream_dst, stream_pool, src, dst, pool, i0, n, tc, ts, inv_scale, NULL);
     if (R < D && i0 + n == R / 2) {
         /* The pool first: dst may be src (in place). */
         if (pool)
@@ -373,10 +443,10 @@ enum { SIMD_SHARED_PAIRS = 64 };
  * cos/sin, then (SIMD_PASS_KV) the k heads, to k_rot and the pool row, and (SIMD_PASS_Q) the q
  * heads. mode holds SIMD_STREAM_* bits; dt, mode and pass are constants once inlined. shared
  * (NULL, or 2 * rotary_dim / 2 floats a token of the pass, cos then sin): the k pass writes
- * each token's tables there, the q pass reads them. */
+ * each token's tables there, the q pass reads them. norm_head: the slice's simd_norm_head. */
 static RP_ALWAYS_INLINE void simd_rope_pool_pass(const rp_problem *p, rp_parts parts, int64_t t_begin,
                                                  int64_t t_end, rp_dtype dt, rp_dtype pool_dt, int mode,
-                                                 int pass, float *shared)
+                                                 int pass, float *shared, simd_norm_fn norm_head)
 {
     const int stream_rows = mode & SIMD_STREAM_ROWS, stream_pool = mode & SIMD_STREAM_POOL;
     const int kv = pass & SIMD_PASS_KV, q = pass & SIMD_PASS_Q, pools = kv && parts != RP_PARTS_ROTATE;
@@ -392,6 +462,7 @@ static RP_ALWAYS_INLINE void simd_rope_pool_pass(const rp_problem *p, rp_parts p
     rp_cpu_norm q_factors, k_factors;
     const rp_cpu_norm *qg = q ? rp_cpu_norm_prepare(p, &p->q_norm, &q_factors) : NULL;
     const rp_cpu_norm *kg = kv ? rp_cpu_norm_prepare(p, &p->k_norm, &k_factors) : NULL;
+    simd_head_norm norms[SIMD_NORM_AHEAD] = {{0.0, 0.0}}; /* of the heads at hand (simd_norm_ahead) */
     for (int64_t t = t_begin; pools && t < t_end && t < t_begin + SIMD_TOUCH_AHEAD; t++)
         simd_touch_pool_rows(p, t, pool_elem);
     for (int64_t t = t_begin; t < t_end; t++) {
@@ -432,16 +503,29 @@ static RP_ALWAYS_INLINE void simd_rope_pool_pass(const rp_problem *p, rp_parts p
             if (gptj)
                 simd_interleave_table(c, s, n, cd, sd);
             const float *tc = gptj ? cd : c, *ts = gptj ? sd : s;
-            for (int64_t h = 0; kv && h < p->num_kv_heads; h++)
-                simd_head(p, dt, pool_dt, mode, stream_rows, stream_pool, simd_row(p->k, p->k_stride, t, h, elem),
-                          simd_row(p->k_rot, p->k_rot_stride, t, h, elem),
-                          write_pool ? simd_pool_row(p, p->k_pool, p->k_pool_stride, slot, h, pool_elem) : NULL,
-                          i0, n, tc, ts, k_inv_scale, kg);
+            for (int64_t h = 0; kv && h < p->num_kv_heads; h++) {
+                const char *src = simd_row(p->k, p->k_stride, t, h, elem);
+                char *dst = simd_row(p->k_rot, p->k_rot_stride, t, h, elem);
+                char *pool = write_pool ? simd_pool_row(p, p->k_pool, p->k_pool_stride, slot, h, pool_elem) : NULL;
+                if (kg && h % SIMD_NORM_AHEAD == 0)
+                    simd_norm_ahead(p, dt, p->k, p->k_stride, kg, t, h, p->num_kv_heads, norms);
+                if (kg)
+                    norm_head(p, src, dst, pool, kg, norms[h % SIMD_NORM_AHEAD], n, tc, ts, k_inv_scale);
+                else
+                    simd_head(p, dt, pool_dt, mode, stream_rows, stream_pool, src, dst, pool, i0, n, tc, ts,
+                              k_inv_scale);
+            }
             for (int64_t h = 0; q && h < p->num_qo_heads; h++) {
+                const char *src = simd_row(p->q, p->q_stride, t, h, elem);
+                char *dst = simd_row(p->q_rot, p->q_rot_stride, t, h, elem);
                 if (q_gaps)
                     simd_prefetch_q_row(p, t, h + SIMD_Q_AHEAD, t_end, elem);
-                simd_head(p, dt, dt, mode, stream_rows, 0, simd_row(p->q, p->q_stride, t, h, elem),
-                          simd_row(p->q_rot, p->q_rot_stride, t, h, elem), NULL, i0, n, tc, ts, 1.0f, qg);
+                if (qg && h % SIMD_NORM_AHEAD == 0)
+                    simd_norm_ahead(p, dt, p->q, p->q_stride, qg, t, h, p->num_qo_heads, norms);
+                if (qg)
+                    norm_head(p, src, dst, NULL, qg, norms[h % SIMD_NORM_AHEAD], n, tc, ts, 1.0f);
+                else
+                    simd_head(p, dt, dt, mode, stream_rows, 0, src, dst, NULL, i0, n, tc, ts, 1.0f);
             }
         }
     }
@@ -454,18 +538,20 @@ static RP_ALWAYS_INLINE void simd_rope_pool_pass(const rp_problem *p, rp_parts p
  * SIMD_SHARED_PAIRS it computes them again, ~50 ns against the ~2 us its q heads take to
  * stream). Smaller calls, cache-resident, take one pass. */
 static RP_ALWAYS_INLINE void simd_rope_pool_slice(const rp_problem *p, rp_parts parts, int64_t t_begin,
-                                                  int64_t t_end, rp_dtype dt, rp_dtype pool_dt, int mode)
+                                                  int64_t t_end, rp_dtype dt, rp_dtype pool_dt, int mode,
+                                                  simd_norm_fn norm_head)
 {
     if (!(mode & SIMD_STREAM_ROWS)) {
-        simd_rope_pool_pass(p, parts, t_begin, t_end, dt, pool_dt, mode, SIMD_PASS_KV | SIMD_PASS_Q, NULL);
+        simd_rope_pool_pass(p, parts, t_begin, t_end, dt, pool_dt, mode, SIMD_PASS_KV | SIMD_PASS_Q, NULL,
+                            norm_head);
     } else {
         /* + SIMD_PAD: a vector step of the last token's sin may read past its n entries */
         float shared[SIMD_STREAM_BLOCK * 2 * SIMD_SHARED_PAIRS + SIMD_PAD] __attribute__((aligned(64)));
         const int share = parts != RP_PARTS_SCATTER && p->rotary_dim / 2 <= SIMD_SHARED_PAIRS;
         for (int64_t b = t_begin; b < t_end; b += SIMD_STREAM_BLOCK) {
             const int64_t e = t_end - b < SIMD_STREAM_BLOCK ? t_end : b + SIMD_STREAM_BLOCK;
-            simd_rope_pool_pass(p, parts, b, e, dt, pool_dt, mode, SIMD_PASS_KV, share ? shared : NULL);
-            simd_rope_pool_pass(p, parts, b, e, dt, pool_dt, mode, SIMD_PASS_Q, share ? shared : NULL);
+            simd_rope_pool_pass(p, parts, b, e, dt, pool_dt, mode, SIMD_PASS_KV, share ? shared : NULL, norm_head);
+            simd_rope_pool_pass(p, parts, b, e, dt, pool_dt, mode, SIMD_PASS_Q, share ? shared : NULL, norm_head);
         }
     }
     if (mode)
@@ -475,14 +561,22 @@ static RP_ALWAYS_INLINE void simd_rope_pool_slice(const rp_problem *p, rp_parts 
 /* One function per (dtype, pool format, streaming mode): the same specialisations as a switch
  * inlined into one function per dtype, but compiled as 54 functions instead of 3 holding 18
  * each. gcc 12 -O3 on the AVX-512 file: 114 s and 0.88 GB before, 45 s and 0.43 GB after, text
- * 1.28 MB -> 1.10 MB; the calls cost one indirect call per slice. */
+ * 1.28 MB -> 1.10 MB; the calls cost one indirect call per slice. Each has its QK-norm heads'
+ * function beside it (simd_norm_fn). */
 typedef void (*simd_slice_fn)(const rp_problem *p, rp_parts parts, int64_t t_begin, int64_t t_end);
 
 #define SIMD_SLICE(DT, PDT, MODE)                                                                     \
+    static __attribute__((noinline)) void simd_norm_##DT##_##PDT##_##MODE(                             \
+        const rp_problem *p, const char *src, char *dst, char *pool, const rp_cpu_norm *norm,          \
+        simd_head_norm hn, int64_t n, const float *tc, const float *ts, float inv_scale)               \
+    {                                                                                                  \
+        simd_norm_head(p, RP_##DT, RP_##PDT, MODE, src, dst, pool, norm, hn, n, tc, ts, inv_scale);    \
+    }                                                                                                  \
     static __attribute__((noinline)) void simd_slice_##DT##_##PDT##_##MODE(                            \
         const rp_problem *p, rp_parts parts, int64_t t_begin, int64_t t_end)                           \
     {                                                                                                  \
-        simd_rope_pool_slice(p, parts, t_begin, t_end, RP_##DT, RP_##PDT, MODE);                       \
+        simd_rope_pool_slice(p, parts, t_begin, t_end, RP_##DT, RP_##PDT, MODE,                        \
+                             simd_norm_##DT##_##PDT##_##MODE);                                         \
     }
 /* The modes simd_streaming returns: 0, POOL (2), ROWS (1), ROWS | POOL (3), STAGE | ROWS (5),
  * STAGE | ROWS | POOL (7); it never returns STAGE without ROWS (4, 6), which take mode 0. */
@@ -517,12 +611,26 @@ SIMD_DTYPE_KERNEL(BF16, bf16)
  * specialisation would be a whole copy of every path (54 of them took over 15 minutes and 13 GB
  * to compile with ASan + UBSan). One function per dtype, with the pool format and the streaming
  * mode as values, runs the same code. */
+static inline rp_dtype simd_pool_format(const rp_problem *p)
+{
+    return rp_pool_is_fp8(p) ? (rp_dtype)p->pool_dtype : (rp_dtype)p->dtype;
+}
+static inline int simd_slice_mode(const rp_problem *p)
+{
+    const int mode = simd_streaming(p);
+    return mode == 4 || mode == 6 ? 0 : mode;
+}
+static void simd_norm_o0(const rp_problem *p, const char *src, char *dst, char *pool, const rp_cpu_norm *norm,
+                         simd_head_norm hn, int64_t n, const float *tc, const float *ts, float inv_scale)
+{
+    simd_norm_head(p, (rp_dtype)p->dtype, simd_pool_format(p), simd_slice_mode(p), src, dst, pool, norm, hn, n,
+                   tc, ts, inv_scale);
+}
 #define SIMD_DTYPE_KERNEL_O0(DT, name)                                                                \
     static void simd_rope_pool_##name(const rp_problem *p, rp_parts parts, int64_t t_begin, int64_t t_end) \
     {                                                                                                 \
-        const rp_dtype pool_dt = rp_pool_is_fp8(p) ? (rp_dtype)p->pool_dtype : RP_##DT;               \
-        const int mode = simd_streaming(p);                                                           \
-        simd_rope_pool_slice(p, parts, t_begin, t_end, RP_##DT, pool_dt, mode == 4 || mode == 6 ? 0 : mode); \
+        simd_rope_pool_slice(p, parts, t_begin, t_end, RP_##DT, simd_pool_format(p), simd_slice_mode(p), \
+                             simd_norm_o0);                                                           \
     }
 SIMD_DTYPE_KERNEL_O0(F32, f32)
 SIMD_DTYPE_KERNEL_O0(F16, f16)

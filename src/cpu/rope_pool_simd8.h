@@ -17,6 +17,7 @@
  * results into one store (a streamed row is whole lines: its 16-value stores stay aligned).
  *   rotate8_values(x, y, cs, sn, &x', &y')  NeoX: x' = fma(x, c, -(y * n)), y' = fma(y, c, x * n)
  *   rotate_pairs8_values(v, cd, sd)    GPT-J: fma(v, cd, swap_pairs(v) * sd)
+ *   normalise8(v, rstd, w)             QK-norm's (v * rstd) * w[0 .. 8) (simd_gain)
  * An ISA without streaming stores ignores `stream` (SIMD_STREAMING_STORES 0 keeps it 0).
  */
 #ifndef RP_CPU_ROPE_POOL_SIMD8_H
@@ -33,14 +34,22 @@ static RP_ALWAYS_INLINE void store8_outputs(rp_dtype dt, rp_dtype pool_dt, int s
         store8_fp8(pool_dt, stream_pool, pool, v, inv_scale);
 }
 
-/* 8 NeoX pairs: x from xs, y from ys; results to xd/yd and, unless xp is NULL, xp/yp (yp is not
- * looked at when xp is NULL). */
+/* 8 elements of dtype dt at p, widened, and with QK-norm's gains (g not NULL) normalised by
+ * those of head dims [at, at + 8). */
+static RP_ALWAYS_INLINE simd8 load8_normed(rp_dtype dt, const char *p, const simd_gain *g, int64_t at)
+{
+    return g ? normalise8(load8(dt, p), g->rstd, g->w + at) : load8(dt, p);
+}
+
+/* 8 NeoX pairs: x from xs, y from ys (head dims gx and gy of g: see load8_normed); results to
+ * xd/yd and, unless xp is NULL, xp/yp (yp is not looked at when xp is NULL). */
 static RP_ALWAYS_INLINE void rotate8(rp_dtype dt, rp_dtype pool_dt, int stream_dst, int stream_pool,
                                      const char *xs, const char *ys, char *xd, char *yd, char *xp, char *yp,
-                                     const float *cs, const float *sn, simd8_scale inv_scale)
+                                     const float *cs, const float *sn, simd8_scale inv_scale, const simd_gain *g,
+                                     int64_t gx, int64_t gy)
 {
     simd8 out_x, out_y;
-    rotate8_values(load8(dt, xs), load8(dt, ys), cs, sn, &out_x, &out_y);
+    rotate8_values(load8_normed(dt, xs, g, gx), load8_normed(dt, ys, g, gy), cs, sn, &out_x, &out_y);
     store8_outputs(dt, pool_dt, stream_dst, stream_pool, xd, xp, out_x, inv_scale);
     store8_outputs(dt, pool_dt, stream_dst, stream_pool, yd, xp ? yp : NULL, out_y, inv_scale);
 }
@@ -59,19 +68,22 @@ static RP_ALWAYS_INLINE void store16_outputs(rp_dtype dt, rp_dtype pool_dt, int 
 /* 16 NeoX pairs, two rotate8 steps whose halves leave in one store16 (store16_fp8) each. */
 static RP_ALWAYS_INLINE void rotate16(rp_dtype dt, rp_dtype pool_dt, int stream_dst, int stream_pool,
                                       const char *xs, const char *ys, char *xd, char *yd, char *xp, char *yp,
-                                      const float *cs, const float *sn, simd8_scale inv_scale)
+                                      const float *cs, const float *sn, simd8_scale inv_scale,
+                                      const simd_gain *g, int64_t gx, int64_t gy)
 {
     const int64_t eight = dt == RP_F32 ? 32 : 16;
     simd8 x0, y0, x1, y1;
-    rotate8_values(load8(dt, xs), load8(dt, ys), cs, sn, &x0, &y0);
-    rotate8_values(load8(dt, xs + eight), load8(dt, ys + eight), cs + 8, sn + 8, &x1, &y1);
+    rotate8_values(load8_normed(dt, xs, g, gx), load8_normed(dt, ys, g, gy), cs, sn, &x0, &y0);
+    rotate8_values(load8_normed(dt, xs + eight, g, gx + 8), load8_normed(dt, ys + eight, g, gy + 8), cs + 8,
+                   sn + 8, &x1, &y1);
     store16_outputs(dt, pool_dt, stream_dst, stream_pool, xd, xp, x0, x1, inv_scale);
     store16_outputs(dt, pool_dt, stream_dst, stream_pool, yd, xp ? yp : NULL, y0, y1, inv_scale);
 }
 
 static RP_ALWAYS_INLINE void simd_rotate(rp_dtype dt, rp_dtype pool_dt, int stream_dst, int stream_pool,
                                          const char *src, char *dst, char *pool, int64_t half,
-                                         int64_t n, const float *cs, const float *sn, float inv_scale)
+                                         int64_t n, const float *cs, const float *sn, float inv_scale,
+                                         const simd_gain *g)
 {
     const int64_t elem = dt == RP_F32 ? 4 : 2, hb = half * elem, pool_elem = pool_dt == dt ? elem : 1;
     const simd8_scale scale = SIMD8_SCALE(inv_scale);
@@ -80,13 +92,13 @@ static RP_ALWAYS_INLINE void simd_rotate(rp_dtype dt, rp_dtype pool_dt, int stre
         const int64_t at = j * elem, pool_at = j * pool_elem;
         rotate16(dt, pool_dt, stream_dst, stream_pool, src + at, src + at + hb, dst + at, dst + at + hb,
                  pool ? pool + pool_at : NULL, pool ? pool + pool_at + half * pool_elem : NULL, cs + j, sn + j,
-                 scale);
+                 scale, g, j, half + j);
     }
     for (; j + 8 <= n; j += 8) {
         const int64_t at = j * elem, pool_at = j * pool_elem;
         rotate8(dt, pool_dt, stream_dst, stream_pool, src + at, src + at + hb, dst + at, dst + at + hb,
                 pool ? pool + pool_at : NULL, pool ? pool + pool_at + half * pool_elem : NULL, cs + j, sn + j,
-                scale);
+                scale, g, j, half + j);
     }
     if (j == n)
         return;
@@ -99,9 +111,16 @@ static RP_ALWAYS_INLINE void simd_rotate(rp_dtype dt, rp_dtype pool_dt, int stre
     memcpy(in[1], src + at + hb, bytes);
     memcpy(c, cs + j, (size_t)(n - j) * sizeof(float));
     memcpy(s, sn + j, (size_t)(n - j) * sizeof(float));
+    float gains[16] = {0}; /* x's, then y's */
+    simd_gain padded = {gains, 0.0f};
+    if (g) {
+        memcpy(gains, g->w + j, (size_t)(n - j) * sizeof(float));
+        memcpy(gains + 8, g->w + half + j, (size_t)(n - j) * sizeof(float));
+        padded.rstd = g->rstd;
+    }
     const int fp8 = pool && pool_dt != dt;
     rotate8(dt, pool_dt, 0, 0, in[0], in[1], out[0], out[1], fp8 ? codes[0] : NULL, fp8 ? codes[1] : NULL, c, s,
-            scale);
+            scale, g ? &padded : NULL, 0, 8);
     memcpy(dst + at, out[0], bytes);
     memcpy(dst + at + hb, out[1], bytes);
     if (pool && pool_dt == dt) {
@@ -113,32 +132,34 @@ static RP_ALWAYS_INLINE void simd_rotate(rp_dtype dt, rp_dtype pool_dt, int stre
     }
 }
 
-/* GPT-J: 8 elements (4 neighbouring pairs) from xs to xd and, unless xp is NULL, xp. */
+/* GPT-J: 8 elements (4 neighbouring pairs, head dims [at, at + 8) of g) from xs to xd and, unless
+ * xp is NULL, xp. */
 static RP_ALWAYS_INLINE void rotate_pairs8(rp_dtype dt, rp_dtype pool_dt, int stream_dst, int stream_pool,
                                            const char *xs, char *xd, char *xp, const float *cd, const float *sd,
-                                           simd8_scale inv_scale)
+                                           simd8_scale inv_scale, const simd_gain *g, int64_t at)
 {
-    store8_outputs(dt, pool_dt, stream_dst, stream_pool, xd, xp, rotate_pairs8_values(load8(dt, xs), cd, sd),
-                   inv_scale);
+    store8_outputs(dt, pool_dt, stream_dst, stream_pool, xd, xp,
+                   rotate_pairs8_values(load8_normed(dt, xs, g, at), cd, sd), inv_scale);
 }
 
 static RP_ALWAYS_INLINE void simd_rotate_interleaved(rp_dtype dt, rp_dtype pool_dt, int stream_dst,
                                                      int stream_pool, const char *src, char *dst, char *pool,
                                                      int64_t n, const float *cd, const float *sd,
-                                                     float inv_scale)
+                                                     float inv_scale, const simd_gain *g)
 {
     const int64_t elem = dt == RP_F32 ? 4 : 2, pool_elem = pool_dt == dt ? elem : 1;
     const simd8_scale scale = SIMD8_SCALE(inv_scale);
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) { /* 16 at a time, as simd_rotate */
-        const simd8 v0 = rotate_pairs8_values(load8(dt, src + i * elem), cd + i, sd + i);
-        const simd8 v1 = rotate_pairs8_values(load8(dt, src + (i + 8) * elem), cd + i + 8, sd + i + 8);
+        const simd8 v0 = rotate_pairs8_values(load8_normed(dt, src + i * elem, g, i), cd + i, sd + i);
+        const simd8 v1 =
+            rotate_pairs8_values(load8_normed(dt, src + (i + 8) * elem, g, i + 8), cd + i + 8, sd + i + 8);
         store16_outputs(dt, pool_dt, stream_dst, stream_pool, dst + i * elem, pool ? pool + i * pool_elem : NULL,
                         v0, v1, scale);
     }
     for (; i + 8 <= n; i += 8)
         rotate_pairs8(dt, pool_dt, stream_dst, stream_pool, src + i * elem, dst + i * elem,
-                      pool ? pool + i * pool_elem : NULL, cd + i, sd + i, scale);
+                      pool ? pool + i * pool_elem : NULL, cd + i, sd + i, scale, g, i);
     if (i == n)
         return;
     /* The last n - i < 8 elements (whole pairs): one step on zero-padded copies. */
@@ -148,8 +169,14 @@ static RP_ALWAYS_INLINE void simd_rotate_interleaved(rp_dtype dt, rp_dtype pool_
     memcpy(in, src + at, bytes);
     memcpy(c, cd + i, (size_t)(n - i) * sizeof(float));
     memcpy(s, sd + i, (size_t)(n - i) * sizeof(float));
+    float gains[8] = {0};
+    simd_gain padded = {gains, 0.0f};
+    if (g) {
+        memcpy(gains, g->w + i, (size_t)(n - i) * sizeof(float));
+        padded.rstd = g->rstd;
+    }
     const int fp8 = pool && pool_dt != dt;
-    rotate_pairs8(dt, pool_dt, 0, 0, in, out, fp8 ? codes : NULL, c, s, scale);
+    rotate_pairs8(dt, pool_dt, 0, 0, in, out, fp8 ? codes : NULL, c, s, scale, g ? &padded : NULL, 0);
     memcpy(dst + at, out, bytes);
     if (fp8)
         memcpy(pool + i, codes, (size_t)(n - i));
