@@ -24,6 +24,8 @@ CASES=(
   "--preset qwen3-8b --dtype bf16 --qk-norm off -T 16,256"
   "--preset llama3-8b --dtype bf16 -T 16,256,4096"
 )
+# AB_CASES="args;args": these argument lists instead of CASES
+[ -n "${AB_CASES:-}" ] && IFS=';' read -r -a CASES <<< "$AB_CASES"
 for c in "${CASES[@]}"; do
   echo "== $c (one thread; old = main, new = this tree)"
   timeout 120 python3 bench/tune/ab_cpu.py $OLD/b/bench/ropepool-bench build-cpu/bench/ropepool-bench 4 --threads 1 $c

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# test_cli.sh BENCH [PYTHON] — the benchmark CLI's contract:
+#   - every argument error gives exactly one line on stderr, naming the problem, and a non-zero exit;
+#   - --backend cuda without a usable GPU is such an error (with one, a short CUDA sweep must pass);
+#   - a short CPU sweep runs, verifies every result, writes nothing to stderr (not a terminal), and
+#     its --json holds the fields the README documents (check_json.py) and its --svg is well formed.
+set -u
+bench=$1
+python=${2:-python3}
+here=$(cd "$(dirname "$0")" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+fail() {
+    echo "FAIL $1"
+    failures=$((failures + 1))
+}
+
+# expect_error NAME EXPECTED_TEXT ARGS... : non-zero exit, one stderr line containing the text.
+expect_error() {
+    local name=$1 want=$2
+    shift 2
+    "$bench" "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$? lines
+    lines=$(wc -l <"$tmp/err")
+    if [ "$rc" -eq 0 ]; then
+        fail "$name: exit status 0 for: $*"
+    elif [ "$lines" -ne 1 ]; then
+        fail "$name: $lines stderr lines, want 1: $(cat "$tmp/err")"
+    elif ! grep -qF -- "$want" "$tmp/err"; then
+        fail "$name: stderr lacks '$want': $(cat "$tmp/err")"
+    else
+        echo "ok   $name ($(cat "$tmp/err"))"
+    fi
+}
+
+expect_error unknown_preset "unknown preset 'gpt5'" --preset gpt5
+expect_error tokens_zero "'0' is not a token count" -T 0
+expect_error tokens_negative "'-4' is not a token count" --tokens=-4
+expect_error tokens_not_a_number "'many' is not a token count" -T 1,many
+expect_error tokens_too_large "'99999999' is not a token count" -T 99999999
+expect_error tokens_listed_twice "16 is listed twice" -T 16,16
+expect_error tokens_past_the_pool "T = 5000 exceeds the pool's 4096 slots" --backend cpu --pool 4096 -T 5000
+expect_error sets_past_the_pool "needs 8000 distinct slots" --backend cpu --pool 4096 -T 1000 --sets 8
+expect_error unknown_option "unknown option '--fast'" --fast
+expect_error missing_value "--tokens needs a value" --tokens
+expect_error unknown_dtype "unknown dtype 'f8'" --dtype f8
+expect_error unknown_backend "unknown backend 'tpu'" --backend tpu
+expect_error zero_threads "'0' is not a thread count" --threads 0
+expect_error odd_head_dim "head_dim 127 is odd" --shape 32/8/127
+expect_error preset_and_shape "give one" --preset llama3-8b --shape 8/8/64
+expect_error bad_seconds "is not a time" --seconds 0
+expect_error unknown_style "unknown style 'rotate'" --style rotate
+expect_error odd_rotary_dim "'33' is not an even dim count" --rotary-dim 33
+expect_error rotary_dim_past_head_dim "--rotary-dim 130 exceeds head_dim 128" --rotary-dim 130
+expect_error unknown_scaling "'yarn' is not 'none'" --rope-scaling yarn
+expect_error json_not_writable "--json: cannot write" --json "$tmp/no/such/dir/r.json"
+
+# CUDA: without a usable GPU, asking for it by name is an error; with one, a short sweep passes.
+if "$bench" --list-backends | grep -q '^cuda: available'; then
+    if "$bench" --backend cuda --preset tinyllama-1.1b -T 1,64 --pool 65536 --seconds 0.02 >"$tmp/out" 2>"$tmp/err"; then
+        echo "ok   cuda_short_sweep"
+    else
+        fail "cuda_short_sweep: $(cat "$tmp/err")"
+    fi
+else
+    expect_error cuda_unavailable "--backend cuda: " --backend cuda
+fi
+
+# A short CPU sweep: verified, quiet on stderr, JSON and SVG written.
+if "$bench" --backend cpu --preset tinyllama-1.1b -T 1,8 --pool 4096 --threads 1,2 --seconds 0.02 \
+        --json "$tmp/r.json" --svg "$tmp/r.svg" >"$tmp/out" 2>"$tmp/err"; then
+    if [ -s "$tmp/err" ]; then
+        fail "short_sweep: wrote to stderr: $(cat "$tmp/err")"
+    elif [ "$(grep -cE '^ +(1|8) +1 .* ok [0-9.]+ / ok [0-9.]+$' "$tmp/out")" -ne 4 ]; then
+        fail "short_sweep: want 4 verified rows (T 1 and 8, 1 and 2 threads):"
+        cat "$tmp/out"
+    else
+        echo "ok   short_sweep"
+    fi
+    if "$python" "$here/check_json.py" "$tmp/r.json" "$tmp/r.svg"; then
+        echo "ok   json_fields_and_svg"
+    else
+        fail "json_fields_and_svg"
+    fi
+else
+    fail "short_sweep: exit status $?: $(cat "$tmp/err")"
+fi
+
+# RoPE variant presets run verified against the float64 reference (the banner names the variant):
+# GPT-J pairs on a partial head, and a caller table with attention scaling, each next to the seed call. (Each run measures the
+# memory roofline, ~25 s here, so not all six; the kernels' variants are test_numerics' job.)
+for preset in gpt-j-6b qwen2.5-7b-yarn; do
+    if "$bench" --backend cpu --preset "$preset" -T 3 --pool 4096 --threads 1 --seconds 0.01 --dtype bf16 --baseline seed \
+            >"$tmp/out" 2>"$tmp/err" && grep -q '^rope: ' "$tmp/out" &&
+            grep -qE '^ +3 +1 .* ok [0-9.]+ / ok [0-9.]+$' "$tmp/out"; then
+        echo "ok   variant_sweep $preset"
+    else
+        fail "variant_sweep $preset: $(cat "$tmp/out" "$tmp/err")"
+    fi
+done
+
+# DeepSeek's MLA: q_pe inside q [T, 16, 192], the latent row [c_kv | k_pe] in a paged fp8 cache,
+# verified (c_kv's codes and the rotated k_pe against the float64 reference) next to the unfused
+# baseline; the latent row has no HND form.
+if "$bench" --backend cpu --preset deepseek-v3-mla-tp8 -T 3 --pool 4096 --threads 1 --seconds 0.01 --dtype bf16 \
+        --kv-layout NHD --block-size 64 --kv-dtype fp8_e4m3 >"$tmp/out" 2>"$tmp/err" &&
+        grep -q 'MLA: q_pe of 192, v 512, one latent row' "$tmp/out" &&
+        grep -qE '^ +3 +1 .* ok [0-9.]+ / ok [0-9.]+$' "$tmp/out"; then
+    echo "ok   mla_latent_sweep"
+else
+    fail "mla_latent_sweep: $(cat "$tmp/out" "$tmp/err")"
+fi
+expect_error mla_hnd "the latent cache row [c_kv | k_pe] is flat or NHD, not HND" --preset deepseek-v3-mla \
+    --kv-layout HND --backend cpu
+
+# Huge-page-backed buffers: same results, and the banner says so.
+if "$bench" --backend cpu --preset tinyllama-1.1b -T 4 --pool 4096 --threads 1 --seconds 0.02 --hugepages \
+        --no-unfused >"$tmp/out" 2>"$tmp/err" && grep -q "transparent huge pages" "$tmp/out" &&
+        grep -qE '^ +4 +1 .* ok [0-9.]+$' "$tmp/out"; then
+    echo "ok   hugepages_sweep"
+else
+    fail "hugepages_sweep: $(cat "$tmp/out" "$tmp/err")"
+fi
+
+if [ "$failures" -ne 0 ]; then
+    echo "test_cli: $failures failure(s)"
+    exit 1
+fi
+echo "test_cli: all passed"

@@ -1,0 +1,267 @@
+"""transformers configs -> ropepool's RoPE keywords.
+
+``hf_rope_parameters`` reads a model's config (config.json as a dict, or a transformers
+``PretrainedConfig``) the way transformers 5 does (``modeling_rope_utils.py`` and the config
+classes' defaults), and hands the numbers to libropepool's ``rp_hf_rope_frequencies``, which repeats
+transformers' float32 arithmetic: the one implementation of the formulas, shared with C callers.
+``hf_rope_kwargs`` adds the pair style (libropepool's ``rp_hf_rope_style`` table) and mRoPE.
+"""
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from . import _ropepool
+
+__all__ = ["hf_rope_kwargs", "hf_rope_parameters"]
+
+_ROPE_TYPES = {"default": 0, "linear": 1, "dynamic": 2, "yarn": 3, "longrope": 4, "llama3": 5}
+
+# What transformers' config classes fill in when config.json leaves a field out (their
+# `default_theta` and `partial_rotary_factor` defaults); everything else defaults to theta 10000
+# and full rotary.
+_DEFAULT_THETA = {
+    "mixtral": 1e6,
+    "qwen2_vl": 1e6, "qwen2_vl_text": 1e6, "qwen2_5_vl": 1e6, "qwen2_5_vl_text": 1e6,
+    "qwen3_vl": 5e5, "qwen3_vl_text": 5e5,
+    "cohere": 5e5,
+}
+_DEFAULT_PARTIAL = {
+    "phi": 0.5, "stablelm": 0.25, "gpt_neox": 0.25, "glm": 0.5, "glm4": 0.5, "glm4_moe": 0.5,
+    "chatglm": 0.5,  # THUDM's remote code: RotaryEmbedding(kv_channels // 2)
+}
+# mRoPE as transformers' Qwen-VL text rotary embeddings apply it: (default mrope_section,
+# interleaved). Qwen2-VL / Qwen2.5-VL take consecutive chunks; Qwen3-VL always interleaves.
+_MROPE = {
+    "qwen2_vl": ((16, 24, 24), False), "qwen2_vl_text": ((16, 24, 24), False),
+    "qwen2_5_vl": ((16, 24, 24), False), "qwen2_5_vl_text": ((16, 24, 24), False),
+    "qwen3_vl": ((24, 20, 20), True), "qwen3_vl_text": ((24, 20, 20), True),
+}
+# Gemma 3's two ropes (transformers' Gemma3TextConfig.convert_rope_params_to_dict).
+_GEMMA3 = ("gemma3", "gemma3_text")
+
+def _error(message):
+    return _ropepool.RopePoolError(message)
+
+
+def _field(config, name, default=None):
+    """config[name] or config.name; None counts as absent, as transformers' `or` defaults do."""
+    if isinstance(config, Mapping):
+        value = config.get(name, None)
+    else:
+        value = getattr(config, name, None)
+    return default if value is None else value
+
+
+def _text_config(config):
+    text = _field(config, "text_config")
+    return config if text is None else text
+
+
+def _model_type(config, text):
+    return _field(text, "model_type") or _field(config, "model_type")
+
+
+def _as_dict(value, name):
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise _error(f"config {name} must be a dict, got {type(value).__name__}")
+
+
+def _is_nested(params):
+    """Per-layer-type ropes ({"full_attention": {...}, "sliding_attention": {...}})."""
+    return bool(params) and all(isinstance(v, Mapping) or v is None for v in params.values())
+
+
+def _rope_parameters(text, model_type, layer_type):
+    """The one rope dict transformers would read, with rope_type, rope_theta and
+    partial_rotary_factor filled in as its config standardisation does."""
+    params = _as_dict(_field(text, "rope_scaling"), "rope_scaling") or _as_dict(
+        _field(text, "rope_parameters"), "rope_parameters")
+    theta = _field(text, "rope_theta")
+    if model_type in _GEMMA3 and not _is_nested(params):
+        full = {"rope_type": "default", **params}
+        full.setdefault("rope_theta", theta if theta is not None else 1e6)
+        local = {"rope_type": "default", "rope_theta": _field(text, "rope_local_base_freq", 1e4)}
+        params = {"full_attention": full, "sliding_attention": local}
+    if _is_nested(params):
+        if layer_type is None or layer_type not in params:
+            raise _error(
+                f"this config has one rope per layer type ({', '.join(sorted(params))}): pass "
+                f"layer_type= one of them, got {layer_type!r}")
+        params = dict(params[layer_type] or {})
+    elif layer_type is not None:
+        raise _error(f"layer_type={layer_type!r} was given, but this config has one rope for all "
+                     "layers: leave layer_type None")
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if model_type == "phi3" and rope_type in ("su", "yarn"):
+        rope_type = "longrope"  # Phi3Config's own renaming
+    if rope_type == "mrope":
+        rope_type = "default"  # Qwen2-VL's old spelling: the table is the default one
+    params["rope_type"] = rope_type
+    if model_type == "chatglm":
+        theta = 10000.0 * _field(text, "rope_ratio", 1.0)
+    elif model_type in ("gptj", "codegen"):
+        theta = 10000.0  # create_sinusoidal_positions: a fixed base
+    elif model_type == "gpt_neox":
+        theta = _field(text, "rotary_emb_base", theta)
+    if theta is None:
+        theta = _DEFAULT_THETA.get(model_type, 10000.0)
+    params.setdefault("rope_theta", theta)
+    partial = _field(text, "partial_rotary_factor")
+    if partial is None and model_type == "gpt_neox":
+        partial = _field(text, "rotary_pct")
+    if partial is None:
+        partial = _DEFAULT_PARTIAL.get(model_type)
+    if partial is not None:
+        params.setdefault("partial_rotary_factor", partial)
+    return params
+
+
+def _head_and_rotary_dim(text, model_type, params):
+    rope_head_dim = _field(text, "qk_rope_head_dim")
+    if rope_head_dim is not None:  # DeepSeek MLA: only the qk_rope_head_dim part is rotated
+        return int(rope_head_dim), int(rope_head_dim)
+    head_dim = _field(text, "kv_channels") if model_type == "chatglm" else _field(text, "head_dim")
+    if head_dim is None:
+        hidden = _field(text, "hidden_size", _field(text, "n_embd"))
+        heads = _field(text, "num_attention_heads", _field(text, "n_head"))
+        if hidden is None or heads is None:
+            raise _error("the config has neither head_dim nor hidden_size and num_attention_heads "
+                         "(n_embd and n_head)")
+        head_dim = int(hidden) // int(heads)
+    head_dim = int(head_dim)
+    if model_type in ("gptj", "codegen"):  # an absolute rotary_dim; GPTJConfig's default is 64
+        rotary_dim = _field(text, "rotary_dim")
+        if rotary_dim is None:  # an explicit null: the whole head
+            rotary_dim = head_dim if _has_key(text, "rotary_dim") else 64
+        return head_dim, int(rotary_dim)
+    return head_dim, int(head_dim * float(params.get("partial_rotary_factor", 1.0)))
+
+
+def _has_key(config, name):
+    return name in config if isinstance(config, Mapping) else hasattr(config, name)
+
+
+def _required(params, rope_type, name):
+    if params.get(name) is None:
+        raise _error(f"rope type '{rope_type}' needs rope_parameters['{name}'], which the config "
+                     "does not have")
+    return params[name]
+
+
+def _seq_len(seq_len):
+    if seq_len is None:
+        return 0
+    if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)) or seq_len < 0:
+        raise _error(f"seq_len must be None or an integer >= 0, got {seq_len!r}")
+    return int(seq_len)
+
+
+def _read(config, seq_len, layer_type):
+    text = _text_config(config)
+    model_type = _model_type(config, text)
+    if model_type == "falcon" and _field(text, "alibi", False):
+        raise _error("this falcon config uses ALiBi (alibi: true), not RoPE")
+    params = _rope_parameters(text, model_type, layer_type)
+    _, rotary_dim = _head_and_rotary_dim(text, model_type, params)
+    rope_type = params["rope_type"]
+    if rope_type not in _ROPE_TYPES:
+        raise _error(f"rope type '{rope_type}' is not supported: ropepool reads "
+                     f"{', '.join(_ROPE_TYPES)}")
+    fields = {"rope_type": _ROPE_TYPES[rope_type], "rotary_dim": rotary_dim,
+              "rope_theta": float(params["rope_theta"]), "seq_len": _seq_len(seq_len)}
+    max_pos = _field(text, "max_position_embeddings", _field(text, "n_positions"))
+    if max_pos is not None:
+        fields["max_position_embeddings"] = int(max_pos)
+    if rope_type in ("linear", "dynamic", "llama3"):
+        fields["factor"] = float(_required(params, rope_type, "factor"))
+    if rope_type == "dynamic" and max_pos is None:
+        raise _error("rope type 'dynamic' needs max_position_embeddings, which the config does not have")
+    if rope_type in ("yarn", "longrope", "llama3"):
+        # transformers' standardisation: a top-level original_max_position_embeddings wins (Phi-3),
+        # then the rope's own, then max_position_embeddings.
+        orig = _field(text, "original_max_position_embeddings",
+                      params.get("original_max_position_embeddings", max_pos))
+        if orig is None:
+            raise _error(f"rope type '{rope_type}' needs original_max_position_embeddings (or "
+                         "max_position_embeddings), which the config does not have")
+        fields["original_max_position_embeddings"] = int(orig)
+    if rope_type == "yarn":
+        if "factor" not in params:
+            raise _error("rope type 'yarn' needs rope_parameters['factor'], which the config does not have")
+        for name in ("factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim"):
+            if params.get(name):  # None or 0: transformers derives or defaults it
+                fields[name] = float(params[name])
+        fields["truncate"] = bool(params.get("truncate", True))
+    if rope_type == "longrope":
+        fields["short_factor"] = _required(params, rope_type, "short_factor")
+        fields["long_factor"] = _required(params, rope_type, "long_factor")
+        if params.get("factor") is not None:
+            fields["factor"] = float(params["factor"])
+    if rope_type in ("yarn", "longrope") and params.get("attention_factor") is not None:
+        attention_factor = float(params["attention_factor"])
+        if not attention_factor > 0:
+            raise _error(f"rope_parameters['attention_factor'] must be > 0, got {attention_factor}")
+        fields["attention_factor"] = attention_factor
+    if rope_type == "llama3":
+        fields["low_freq_factor"] = float(_required(params, rope_type, "low_freq_factor"))
+        fields["high_freq_factor"] = float(_required(params, rope_type, "high_freq_factor"))
+    return text, model_type, params, fields
+
+
+def hf_rope_parameters(config, *, seq_len=None, layer_type=None):
+    """The inverse frequencies and attention scaling transformers uses for a model.
+
+    config: a model's config.json as a dict, or a transformers ``PretrainedConfig`` (any object
+    with those attributes); a multimodal config's ``text_config``, where present, is the one read.
+    seq_len: the sequence length served, for rope types that depend on it (dynamic: past
+    max_position_embeddings the base grows, as transformers' runtime update does; longrope: long
+    factors past original_max_position_embeddings). layer_type: for configs with one rope per layer
+    type (Gemma 3: "full_attention" or "sliding_attention").
+
+    Returns ``(inv_freq, attention_scaling)``: a float64 array of rotary_dim/2 frequencies holding
+    transformers' float32 values (within 1 float32 ulp of its CPU buffers on the committed
+    fixtures, 99% bit-identical; the one difference is pow, correctly rounded here, within 1 ulp in
+    torch's CPU powf, which later operations such as 1/x can widen to 3 ulps on unlucky configs),
+    and a float, ready for
+    ``rope_pool_fused(..., inv_freq=inv_freq, attention_scaling=attention_scaling)``.
+
+    Reads rope_parameters (transformers 5) or rope_theta + rope_scaling ("type" meaning
+    "rope_type"); rope types default, linear, dynamic, yarn, longrope, llama3. Any other type, or
+    a missing required field, raises RopePoolError naming it. DeepSeek's rotary_dim is
+    qk_rope_head_dim, and its softmax scale (mscale_all_dim squared) is the attention's business,
+    not the rotary's: attention_scaling is transformers' rotary one.
+    """
+    _, _, _, fields = _read(config, seq_len, layer_type)
+    inv_freq, attention_scaling = _ropepool._hf_rope_frequencies(**fields)
+    return np.array(inv_freq, dtype=np.float64), attention_scaling
+
+
+def hf_rope_kwargs(config, *, seq_len=None, layer_type=None):
+    """Every RoPE keyword of ``rope_pool_fused`` for a transformers config, as a dict.
+
+    ``inv_freq`` and ``attention_scaling`` (as :func:`hf_rope_parameters`), ``rotary_dim``,
+    ``is_neox`` (from the style table in libropepool, which follows each model's modeling code in
+    transformers), and for the Qwen-VL family ``mrope_section`` and ``mrope_interleaved``. A model
+    type not in the table raises RopePoolError: pass is_neox yourself, a style is never guessed.
+    DeepSeek-V3 with rope_interleave (its default) rotates adjacent pairs; transformers then
+    writes the rotated pairs de-interleaved (pair (2j, 2j+1) to (j, j + R/2)), ropepool in place:
+    attention scores agree because q and k share the layout.
+    """
+    text, model_type, params, fields = _read(config, seq_len, layer_type)
+    if model_type is None:
+        raise _error("the config has no model_type: pass is_neox explicitly")
+    interleave = _field(text, "rope_interleave")
+    is_neox = _ropepool._hf_rope_style(str(model_type), -1 if interleave is None else int(bool(interleave)))
+    inv_freq, attention_scaling = _ropepool._hf_rope_frequencies(**fields)
+    kwargs = {"inv_freq": np.array(inv_freq, dtype=np.float64),
+              "attention_scaling": attention_scaling,
+              "rotary_dim": fields["rotary_dim"], "is_neox": is_neox}
+    if model_type in _MROPE:
+        default_section, interleaved = _MROPE[model_type]
+        kwargs["mrope_section"] = [int(s) for s in params.get("mrope_section", default_section)]
+        kwargs["mrope_interleaved"] = interleaved
+    return kwargs

@@ -1,0 +1,366 @@
+"""The call users make, timed beside the C call: ``python -m ropepool.bench``.
+
+For each token count T it times, in one process, on the same memory (torch tensors are
+``torch.from_numpy`` views of the NumPy arrays, CUDA tensors their copies):
+
+- ``C``: ``rp_rope_pool_fused`` alone, the arguments converted once (``_ropepool._time_calls``);
+- the Python call on NumPy arrays and on torch tensors (when torch is importable), with fresh
+  outputs (q_rot and k_rot allocated by the call, dropped by the caller) and with ``q_out`` /
+  ``k_out`` (the caller's arrays, reused);
+
+in interleaved rounds, and prints the median over rounds of the mean time per call, each
+Python figure's ratio to C, and the minor page faults per call. ``--backend cuda`` does the same
+on torch CUDA tensors, where the figures are the host's time per call of an eager loop (chunks of
+200 calls, each timed over its launches, the stream synchronised between chunks outside the
+timing), the wall time per call of the same loop back to back (synchronised once per batch: the
+GPU's pace in eager mode when it is slower than the host), and the GPU time per call (CUDA events
+around a CUDA graph of the same calls). ``--profile`` prints where the binding's time goes per call at
+the smallest T (argument parsing, array description, autograd checks, context and stream,
+outputs, the library call, version bumps and result), from ``_ropepool._profile``;
+``--fresh-outputs`` compares where fresh outputs' pages come from at T >= 1024
+(``ROPEPOOL_FRESH_OUTPUTS``, python/src/fresh_memory.c: the cache of freed outputs' blocks, the
+default, or new pages first touched in one of four ways).
+
+    python -m ropepool.bench [--backend cpu|cuda] [-T 1,256,4096] [--rounds 5] [--profile] [--fresh-outputs]
+"""
+
+import argparse
+import os
+import resource
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import ropepool
+from ropepool import _ropepool
+
+SHAPE = dict(num_qo_heads=32, num_kv_heads=8, head_dim=128, rope_base=500000.0)  # Llama-3-8B
+
+
+def make_arrays(T, P, seed=1):
+    rng = np.random.default_rng(seed)
+    Hq, Hk, D = SHAPE["num_qo_heads"], SHAPE["num_kv_heads"], SHAPE["head_dim"]
+    return dict(
+        q=rng.standard_normal((T, Hq, D), dtype=np.float32),
+        k=rng.standard_normal((T, Hk, D), dtype=np.float32),
+        v=rng.standard_normal((T, Hk, D), dtype=np.float32),
+        positions=rng.integers(0, 8192, T).astype(np.int64),
+        slots=rng.permutation(P)[:T].astype(np.int64),
+        k_pool=np.zeros((P, Hk, D), np.float32),
+        v_pool=np.zeros((P, Hk, D), np.float32),
+    )
+
+
+ORDER = ["q", "k", "v", "positions", "slots", "k_pool", "v_pool"]
+
+
+def python_batch(arrays, calls, outs, sync):
+    """`calls` Python calls, keywords spelled out as users write them (a ``**SHAPE`` would build and
+    unpack a dict in every call, some 0.3 us at T = 1 that is the benchmark's, not the binding's);
+    fresh outputs (dropped at once) when outs is None. threads is None unless --clock thread."""
+    f = ropepool.rope_pool_fused
+    a0, a1, a2, a3, a4, a5, a6 = arrays
+    D, Hq, Hk, base = SHAPE["head_dim"], SHAPE["num_qo_heads"], SHAPE["num_kv_heads"], SHAPE["rope_base"]
+    threads = SHAPE.get("threads")
+    if outs is None:
+        for _ in range(calls):
+            f(a0, a1, a2, a3, a4, a5, a6, head_dim=D, num_qo_heads=Hq, num_kv_heads=Hk, rope_base=base,
+              threads=threads)
+    else:
+        qo, ko = outs
+        for _ in range(calls):
+            f(a0, a1, a2, a3, a4, a5, a6, head_dim=D, num_qo_heads=Hq, num_kv_heads=Hk, rope_base=base,
+              threads=threads, q_out=qo, k_out=ko)
+    sync()
+
+
+CLOCK = time.perf_counter_ns  # --clock thread: time.thread_time_ns
+
+
+def timed(run, calls):
+    """(ns per call, (minor faults, kernel-mode CPU ns) per call) of run(calls). The system time
+    is what page faults cost the process: less sensitive than wall time to other load."""
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    start = CLOCK()
+    run(calls)
+    ns = (CLOCK() - start) / calls
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    return ns, ((after.ru_minflt - before.ru_minflt) / calls, (after.ru_stime - before.ru_stime) * 1e9 / calls)
+
+
+def methods_for(T, P, backend, torch):
+    """name -> run(calls): the timed variants at T."""
+    base = make_arrays(T, P)
+    arrays = [base[n] for n in ORDER]
+    methods = {}
+    no_sync = lambda: None  # noqa: E731
+    if backend == "cpu":
+        np_outs = (np.empty_like(base["q"]), np.empty_like(base["k"]))
+        methods["C"] = lambda n: _ropepool._time_calls(n, *arrays, **SHAPE, q_out=np_outs[0], k_out=np_outs[1])
+        methods["numpy fresh"] = lambda n: python_batch(arrays, n, None, no_sync)
+        methods["numpy q_out"] = lambda n: python_batch(arrays, n, np_outs, no_sync)
+        if torch is not None:
+            t_arrays = [torch.from_numpy(a) for a in arrays]
+            t_outs = tuple(torch.from_numpy(a) for a in np_outs)
+            methods["torch fresh"] = lambda n: python_batch(t_arrays, n, None, no_sync)
+            methods["torch q_out"] = lambda n: python_batch(t_arrays, n, t_outs, no_sync)
+    else:
+        sync = torch.cuda.synchronize
+        t_arrays = [torch.from_numpy(a).cuda() for a in arrays]
+        t_outs = (torch.empty_like(t_arrays[0]), torch.empty_like(t_arrays[1]))
+
+        def c_chunk(n):
+            return _ropepool._time_calls(n, *t_arrays, **SHAPE, q_out=t_outs[0], k_out=t_outs[1]) * n
+
+        methods["C"] = host_timer(c_chunk, sync)
+        methods["torch fresh"] = host_timer(lambda n: python_chunk(t_arrays, n, None), sync)
+        methods["torch q_out"] = host_timer(lambda n: python_chunk(t_arrays, n, t_outs), sync)
+        methods["torch q_out, back to back"] = lambda n: python_batch(t_arrays, n, t_outs, sync)
+        methods["gpu"] = gpu_timer(torch, t_arrays, t_outs)
+    return methods
+
+
+# CUDA host time: chunks of calls fewer than the launch queue holds, each timed from its first call
+# to its last (the launches), the stream synchronised outside the timing, so that the figure is
+# the host's own cost and not the GPU's pace when calls come back to back.
+HOST_CHUNK = 200
+
+
+def python_chunk(arrays, calls, outs):
+    """ns spent in `calls` Python calls (no synchronisation)."""
+    start = CLOCK()
+    python_batch(arrays, calls, outs, lambda: None)
+    return CLOCK() - start
+
+
+def host_timer(launch_chunk, sync):
+    """run(calls) -> host ns per call: launch_chunk(n) (returning its ns) over chunks of HOST_CHUNK."""
+
+    def run(calls):
+        total, done = 0.0, 0
+        while done < calls:
+            n = min(HOST_CHUNK, calls - done)
+            total += launch_chunk(n)
+            sync()
+            done += n
+        return total / calls
+
+    run.self_timed = True
+    return run
+
+
+def gpu_timer(torch, arrays, outs, per_graph=20):
+    """GPU time per call: CUDA events around replays of a graph of `per_graph` calls."""
+    return graph_timer(torch, lambda: ropepool.rope_pool_fused(*arrays, **SHAPE, q_out=outs[0], k_out=outs[1]),
+                       per_graph)
+
+
+def graph_timer(torch, body, per_graph=20):
+    """run(n) -> GPU ns per call of body(), from about n calls: CUDA events around replays of a
+    graph of `per_graph` calls of it (python/tools use it for other calls)."""
+    body()  # the device context, workspaces and lazy loads exist before capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(per_graph):
+            body()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def run(n):
+        replays = max(1, n // per_graph)
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e6 / (replays * per_graph)
+
+    run.self_timed = True
+    return run
+
+
+def calibrate(run, budget_s):
+    """Calls per batch so that a batch takes about budget_s."""
+    run(1)  # untimed: the first call of a process starts the thread pool and maps the pool's pages
+    calls = 1
+    while True:
+        start = time.perf_counter()
+        run(calls)
+        elapsed = time.perf_counter() - start
+        if elapsed >= budget_s / 4 or calls >= 1 << 20:
+            return max(1, int(calls * budget_s / max(elapsed, 1e-9)))
+        calls *= 4
+
+
+def measure(T, P, backend, torch, rounds, budget_s, stat):
+    methods = methods_for(T, P, backend, torch)
+    calls = {name: calibrate(run, budget_s) for name, run in methods.items()}
+    samples = {name: [] for name in methods}
+    faults = {name: [] for name in methods}
+    for _ in range(rounds):
+        for name, run in methods.items():
+            if getattr(run, "self_timed", False):
+                ns, f = run(calls[name]), (0.0, 0.0)
+            else:
+                ns, f = timed(run, calls[name])
+            samples[name].append(ns)
+            faults[name].append(f)
+    pick = min if stat == "min" else statistics.median
+    return {name: (pick(samples[name]), tuple(statistics.median(f[i] for f in faults[name])
+                                                          for i in range(2))) for name in methods}
+
+
+def profile(backend, torch, P, calls=20000, batches_of=40):
+    """The binding's stages at T = 1: NumPy and torch CPU tensors, or torch CUDA tensors."""
+    base = make_arrays(1, P)
+    frameworks = {}
+    if backend == "cpu":
+        frameworks["numpy"] = [base[n] for n in ORDER]
+    if torch is not None:
+        device = "cuda" if backend == "cuda" else "cpu"
+        frameworks[f"torch {device}"] = [torch.from_numpy(base[n]).to(device) for n in ORDER]
+    sync = torch.cuda.synchronize if backend == "cuda" else (lambda: None)
+    keys = ["arguments", "arrays", "autograd", "context_stream", "outputs", "library_call", "finish"]
+    print(f"\nWhere a call's host time goes (T = 1; {calls} calls in {batches_of} batches; ns per call, the least "
+          "batch mean of each stage):")
+    print("| call | " + " | ".join(keys) + " | total |")
+    print("| --- |" + " ---: |" * (len(keys) + 1))
+    for label, arrays in frameworks.items():
+        copy = (lambda a: a.copy()) if label == "numpy" else (lambda a: a.clone())
+        for name, o in (("fresh", None), ("q_out/k_out", (copy(arrays[0]), copy(arrays[1])))):
+            python_batch(arrays, 1000, o, sync)
+            batches = []
+            for _ in range(batches_of):
+                _ropepool._profile(True)
+                python_batch(arrays, calls // batches_of, o, sync)
+                batches.append(_ropepool._profile(False))
+            # the least of each stage over the batches: the cost with the least interference
+            stages = {k: min(b[k] for b in batches) for k in keys}
+            total = sum(stages[k] for k in keys)
+            print(f"| {label}, {name} | " + " | ".join(f"{stages[k]:.0f}" for k in keys) + f" | {total:.0f} |")
+    print("(arguments: parsing and keywords; arrays: describing the 7 arrays (DLPack / NumPy C API) and the\n"
+          " negative-bit check; autograd: grad mode and requires_grad; context_stream: the context and the\n"
+          " current CUDA stream; outputs: allocating q_rot and k_rot, or describing q_out and k_out;\n"
+          " library_call: rp_rope_pool_fused with the GIL released (validation and the kernel, or the\n"
+          " launch on CUDA); finish: version-counter bumps and the result tuple. Dropping fresh outputs\n"
+          " happens in the caller and is not included.)")
+
+
+STRATEGIES = ["cache", "huge", "none", "populate", "huge+populate"]
+
+
+def fresh_output_sweep(tokens, P, torch, rounds, budget_s):
+    """Fresh outputs under each ROPEPOOL_FRESH_OUTPUTS strategy (see python/src/fresh_memory.c),
+    interleaved in one process: wall time, minor faults and system CPU time per call."""
+    print("\nFresh outputs by first-touch strategy (ROPEPOOL_FRESH_OUTPUTS), interleaved; us per call, "
+          "minor faults per call, system CPU us per call:")
+    print("| T | framework | " + " | ".join(STRATEGIES) + " |")
+    print("| ---: | --- |" + " ---: |" * len(STRATEGIES))
+    saved = os.environ.get("ROPEPOOL_FRESH_OUTPUTS")
+    for T in tokens:
+        base = make_arrays(T, P)
+        frameworks = {"numpy": [base[n] for n in ORDER]}
+        if torch is not None:
+            frameworks["torch"] = [torch.from_numpy(base[n]) for n in ORDER]
+        runs = {}
+        for fw, arrays in frameworks.items():
+            for strategy in STRATEGIES:
+                def run(n, arrays=arrays, strategy=strategy):
+                    os.environ["ROPEPOOL_FRESH_OUTPUTS"] = strategy
+                    python_batch(arrays, n, None, lambda: None)
+                runs[(fw, strategy)] = run
+        calls = {key: calibrate(run, budget_s) for key, run in runs.items()}
+        samples = {key: [] for key in runs}
+        for _ in range(rounds):
+            for key, run in runs.items():
+                samples[key].append(timed(run, calls[key]))
+        for fw in frameworks:
+            cells = []
+            for strategy in STRATEGIES:
+                got = samples[(fw, strategy)]
+                ns = statistics.median(x[0] for x in got)
+                faults = statistics.median(x[1][0] for x in got)
+                sys_ns = statistics.median(x[1][1] for x in got)
+                cells.append(f"{ns / 1e3:.0f} ({faults:.0f} faults, sys {sys_ns / 1e3:.0f})")
+            print(f"| {T} | {fw} | " + " | ".join(cells) + " |")
+    if saved is None:
+        os.environ.pop("ROPEPOOL_FRESH_OUTPUTS", None)
+    else:
+        os.environ["ROPEPOOL_FRESH_OUTPUTS"] = saved
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m ropepool.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("-T", "--tokens", default=None, help="token counts, comma-separated "
+                        "(default cpu 1,16,256,1024,4096; cuda 1,64,1024,4096)")
+    parser.add_argument("--pool", type=int, default=65536, help="KV-pool slots (default 65536)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=0.04, help="time per batch (default 0.04)")
+    parser.add_argument("--stat", choices=["median", "min"], default="median",
+                        help="per figure, the median (default) or the least of the rounds' means")
+    parser.add_argument("--clock", choices=["wall", "thread"], default="wall",
+                        help="wall (default), or thread: the calling thread's CPU time, with every call on one "
+                        "thread (threads=1), so that other load on the machine does not count (T = 1 overheads)")
+    parser.add_argument("--fresh-outputs", action="store_true",
+                        help="also compare the first-touch strategies of fresh outputs at T >= 1024")
+    parser.add_argument("--profile", action="store_true", help="also print the per-stage breakdown at T = 1")
+    args = parser.parse_args(argv)
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if args.backend == "cuda" and (torch is None or not torch.cuda.is_available() or not ropepool.has_cuda()):
+        print("ropepool.bench: --backend cuda needs torch with CUDA, a GPU and ropepool's CUDA backend")
+        return 1
+    if args.clock == "thread":
+        global CLOCK
+        CLOCK = time.thread_time_ns
+        SHAPE["threads"] = 1
+    tokens = [int(t) for t in (args.tokens or ("1,16,256,1024,4096" if args.backend == "cpu"
+                                                else "1,64,1024,4096")).split(",")]
+    P = max(args.pool, max(tokens))
+    where = f"cpu kernel {ropepool.cpu_kernel()}, {ropepool.num_threads()} threads" if args.backend == "cpu" \
+        else f"cuda {torch.cuda.get_device_name()}"
+    print(f"ropepool {ropepool.version()}: the Python call beside the C call; Llama-3-8B (Hq 32, Hk 8, D 128), "
+          f"float32, int64 positions/slots, pool {P}; {where}; numpy {np.__version__}"
+          + (f", torch {torch.__version__}" if torch is not None else ", no torch")
+          + f"; {args.stat} of {args.rounds} interleaved rounds, us per call ({args.clock} clock) (x: ratio to C; faults: minor page "
+          "faults per call; sys: kernel-mode CPU us per call); load average "
+          + " ".join(f"{x:.1f}" for x in os.getloadavg()))
+    results = {}
+    for T in tokens:
+        results[T] = measure(T, P, args.backend, torch, args.rounds, args.seconds, args.stat)
+    names = [n for n in results[tokens[0]] if n not in ("C", "gpu")]
+    head = ["T", "C call" if args.backend == "cpu" else "C call (host)"]
+    if args.backend == "cuda":
+        head.append("GPU time")
+    head += names
+    print("\n| " + " | ".join(head) + " |")
+    print("| " + " | ".join(["---:"] * len(head)) + " |")
+    for T, r in results.items():
+        c = r["C"][0]
+        row = [str(T), f"{c / 1e3:.2f}"]
+        if "gpu" in r:
+            row.append(f"{r['gpu'][0] / 1e3:.2f}")
+        for n in names:
+            ns, (f, sys_ns) = r[n]
+            row.append(f"{ns / 1e3:.2f} ({ns / c:.2f}x" + (f", {f:.0f} faults, sys {sys_ns / 1e3:.0f})"
+                                                          if "fresh" in n else ")"))
+        print("| " + " | ".join(row) + " |")
+    if 1 in results:
+        c = results[1]["C"][0]
+        print("\nOverhead over the C call at T = 1: " + ", ".join(
+            f"{n} {(results[1][n][0] - c) / 1e3:+.2f} us" for n in names))
+    if args.fresh_outputs and args.backend == "cpu":
+        fresh_output_sweep([T for T in tokens if T >= 1024], P, torch, args.rounds, args.seconds)
+    if args.profile:
+        profile(args.backend, torch, P)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

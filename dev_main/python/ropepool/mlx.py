@@ -1,0 +1,262 @@
+"""ropepool.mlx: the seed's call on MLX arrays, lazy, backed by ropepool's CPU backend.
+
+sglang's MLX backend calls ``sgl_kernel.metal.rope_pool_fused`` and rebinds the returned pools;
+this is the same call::
+
+    import mlx.core as mx
+    import ropepool.mlx
+    q_rot, k_rot, k_pool, v_pool = ropepool.mlx.rope_pool_fused(
+        q, k, v, positions, slots, k_pool, v_pool,
+        head_dim=D, num_qo_heads=Hq, num_kv_heads=Hk, rope_base=500000.0)
+
+The results are lazy ``mx.array`` s from one MLX primitive: nothing runs until they are evaluated
+(``mx.eval``, ``.item()``, ...), and they compose with the rest of an MLX graph. The new pools share
+the buffers of the pools passed in (the call never copies a pool): the rows ``slots[t]`` are written
+into those buffers when the primitive is evaluated, so treat the pools passed in as consumed and
+read the cache through the returned arrays, as sglang does.
+
+Evaluation runs ropepool's CPU backend (its worker threads, ROPEPOOL_NUM_THREADS) on the thread
+that evaluates the graph, so that a refusal reaches ``mx.eval`` as itself; when an input is computed
+in the same evaluation, it first waits for the CPU stream to finish it (one synchronisation, a few
+microseconds; inputs that are already evaluated cost none). The primitive is always put on the CPU
+stream. On a GPU default stream (Apple silicon) that still works: memory is unified, so nothing is
+copied, but the CPU waits for the GPU work that produces q, k, v, the GPU work that reads the
+results waits for the CPU, and the call runs at ropepool's CPU speed (there is no Metal kernel).
+
+Refusals are :class:`ropepool.RopePoolError` (a ``ValueError``) with the library's message: at the
+call for shapes, dtypes and keywords (the seed's checks first, with its texts); when the results
+are evaluated for slot values (out of range, or two tokens on one slot), and then nothing is written.
+"""
+
+import math
+import operator
+
+import numpy as np
+
+try:
+    import mlx.core as mx
+except ImportError as error:
+    raise ImportError(
+        "ropepool.mlx needs MLX: install it with `python3 -m pip install \"mlx[cpu]\"` on Linux or "
+        "`python3 -m pip install mlx` on macOS, or install ropepool with its mlx extra: "
+        "`python3 -m pip install \"./python[mlx]\"`"
+    ) from error
+
+from . import RopePoolError, num_threads
+
+try:
+    from . import _ropepool_mlx as _ext
+except ImportError as error:
+    raise ImportError(
+        "ropepool was built without its MLX extension (MLX or nanobind was not installed when it "
+        "was built): reinstall with `python3 -m pip install \"./python[mlx]\"`"
+    ) from error
+
+if _ext.mlx_version != mx.__version__.split(".dev")[0]:
+    raise ImportError(
+        f"ropepool.mlx was built against MLX {_ext.mlx_version} but MLX {mx.__version__} is "
+        f"installed: install mlx=={_ext.mlx_version}, or rebuild ropepool against this MLX"
+    )
+
+# The NumPy/torch call's spellings (python/src/keywords.c) and rp_dtype values.
+_KV_CACHE_DTYPES = {"auto": 0, "fp8_e4m3": 14, "fp8": 14, "fp8_e5m2": 15}
+_context_ready = False
+
+
+def _integer(name, value, zero_refused=None, none_means="head_dim"):
+    """None (the library's 0: its default) or an int; every range check is the library's, except
+    that an explicit 0 is refused where the library would read it as "not set" (rotary_dim,
+    v_head_dim): None is that default here, so 0 is a value the call cannot honour."""
+    if value is None:
+        return 0
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
+    if value == 0 and zero_refused:
+        raise RopePoolError(f"{name} must be {zero_refused} (None = {none_means}), got 0")
+    return value
+
+
+def _number(name, value):
+    """A float (a one-element mx.array is read now: the call uses the value it has at this moment)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}") from None
+
+
+def _scale(name, value):
+    """k_scale / v_scale: the library reads 0 as "not set" (1.0), so an explicit 0 (a calibration
+    gone wrong) is refused here, as every scale that is not positive and finite."""
+    value = _number(name, value)
+    if not (math.isfinite(value) and value > 0.0):
+        raise RopePoolError(f"{name} must be a positive finite number (default 1.0), got {value!r}")
+    return value
+
+
+def _style(is_neox):
+    if not isinstance(is_neox, (bool, np.bool_)):  # a truthy string or list is a mistake, not a choice
+        raise RopePoolError(f"is_neox must be True (NeoX rotate-half) or False (GPT-J interleaved), got {is_neox!r}")
+    return 0 if is_neox else 1  # rp_rope_style
+
+
+def _frequencies(inv_freq, rotary_dim, head_dim):
+    """inv_freq as a list of float64 (float32 entries widen exactly). With a rotary_dim the library
+    will refuse, the table is left out so that the library's message about rotary_dim is reported."""
+    try:
+        R = operator.index(rotary_dim or head_dim)  # NumPy integers too: never drop a table for its type
+        head_dim = operator.index(head_dim)
+    except TypeError:
+        R = None  # the library refuses the argument, naming it
+    if inv_freq is None or R is None or R <= 0 or R % 2 or R > head_dim:
+        return []
+    table = np.asarray(inv_freq)
+    if table.dtype not in (np.float32, np.float64):
+        raise RopePoolError(f"inv_freq must hold float32 or float64 values, got dtype {table.dtype}")
+    if table.shape != (R // 2,):
+        raise RopePoolError(f"inv_freq must be 1-D with rotary_dim/2 = {R // 2} entries, got shape {table.shape}")
+    return table.astype(np.float64).tolist()
+
+
+def _mrope(section, interleaved):
+    """rp_rope_pool_args.mrope_section and .mrope_interleaved (the library checks the values). The
+    library reads an all-zero section as "no mRoPE", which None is here: [0, 0, 0] is refused."""
+    if not isinstance(interleaved, (bool, np.bool_)):
+        raise RopePoolError(f"mrope_interleaved must be True (Qwen3-VL's interleaved rule) or False, got {interleaved!r}")
+    if section is None:
+        return [0, 0, 0], int(interleaved)
+    try:
+        entries = [operator.index(x) for x in section]
+    except TypeError:
+        entries = None
+    if entries is None or len(entries) != 3:
+        raise RopePoolError(f"mrope_section must be three ints [t, h, w] summing to rotary_dim / 2, got {section!r}")
+    if entries == [0, 0, 0]:
+        raise RopePoolError("mrope_section [0, 0, 0] sums to 0, but must sum to rotary_dim / 2 (None = no mRoPE)")
+    if any(not -2**31 <= x < 2**31 for x in entries):
+        raise RopePoolError(f"mrope_section entries must be int32, got {entries}")
+    return entries, int(interleaved)
+
+
+def _pool_format(kv_cache_dtype, k_pool):
+    """rp_rope_pool_args.pool_dtype: MLX has no float8 dtype, so fp8 pools are uint8 arrays."""
+    if not isinstance(kv_cache_dtype, str) or kv_cache_dtype not in _KV_CACHE_DTYPES:
+        raise RopePoolError("kv_cache_dtype must be one of 'auto', 'fp8_e4m3' (or vLLM's 'fp8') or 'fp8_e5m2', "
+                            f"got {kv_cache_dtype!r}")
+    fmt = _KV_CACHE_DTYPES[kv_cache_dtype]
+    if k_pool.dtype == mx.uint8 and fmt == 0:
+        raise RopePoolError("k_pool is uint8: say which fp8 format it stores with kv_cache_dtype='fp8_e4m3' "
+                            "(or 'fp8') or 'fp8_e5m2'")
+    if k_pool.dtype != mx.uint8 and fmt != 0:
+        raise RopePoolError(f"kv_cache_dtype={kv_cache_dtype!r} needs fp8 pools (uint8 on MLX), got k_pool "
+                            f"{str(k_pool.dtype).rsplit('.', 1)[-1]}")
+    return fmt
+
+
+def rope_pool_fused(
+    q,
+    k,
+    v,
+    positions,
+    slots,
+    k_pool,
+    v_pool,
+    *,
+    head_dim,
+    num_qo_heads,
+    num_kv_heads,
+    rope_base,
+    is_neox=True,
+    rotary_dim=None,
+    inv_freq=None,
+    attention_scaling=1.0,
+    v_head_dim=None,
+    kv_layout="flat",
+    kv_cache_dtype="auto",
+    k_scale=1.0,
+    v_scale=1.0,
+    mrope_section=None,
+    mrope_interleaved=False,
+    q_norm_weight=None,
+    k_norm_weight=None,
+    norm_eps=None,
+    norm_weight_offset=0.0,
+    q_out=None,
+    k_out=None,
+    threads=None,
+    stream=None,
+):
+    """Apply RoPE to q and k, and write the rotated keys and the values into the KV pool, lazily.
+
+    Args:
+        q: [num_tokens, num_qo_heads, head_dim] mx.array, float32 | float16 | bfloat16.
+        k, v: [num_tokens, num_kv_heads, head_dim], q's dtype.
+        positions: [num_tokens] int32 | int64 ([3, num_tokens], rows t, h, w, with mrope_section).
+        slots: [num_tokens] int32 | int64, the pool row of each token; < 0 skips its write.
+        k_pool, v_pool: [pool_size, num_kv_heads, head_dim], q's dtype; their buffers receive
+            the rows (shared, never copied).
+        head_dim, num_qo_heads, num_kv_heads, rope_base: the model's configuration.
+        is_neox: True for rotate-half pairs (j, j + R/2), False for GPT-J pairs (2j, 2j + 1).
+        rotary_dim: R, the rotated leading part of each head (None = head_dim).
+        inv_freq: 1-D float32/float64 array-like of R/2 frequencies (None = rope_base's).
+        attention_scaling: cos and sin are multiplied by it (YaRN, LongRoPE).
+        v_head_dim: width of v and v_pool heads (None = head_dim).
+        kv_layout: "flat" only: ropepool.mlx serves the seed's [P, Hk, D] pools.
+        kv_cache_dtype, k_scale, v_scale: fp8 pools stored as uint8 ("fp8_e4m3", "fp8_e5m2").
+        mrope_section, mrope_interleaved: multimodal RoPE (Qwen2-VL / Qwen2.5-VL chunks, Qwen3-VL
+            interleaved), as ropepool.rope_pool_fused.
+        q_norm_weight, k_norm_weight, norm_eps, norm_weight_offset: QK-norm, not available on
+            MLX yet (the primitive takes no weight arrays): refused; apply the RMSNorm to q and k
+            with mx.fast.rms_norm first.
+        q_out, k_out: not available on MLX (arrays are immutable): use the returned q_rot, k_rot.
+        threads: at most this many CPU threads for this call (default: ROPEPOOL_NUM_THREADS or
+            one per CPU).
+        stream: an mx.Stream or mx.Device; a GPU one is replaced by the CPU stream.
+
+    Returns:
+        (q_rot, k_rot, k_pool_new, v_pool_new), lazy mx.arrays.
+    """
+    global _context_ready
+    if q_out is not None or k_out is not None:
+        raise RopePoolError(
+            "q_out/k_out are not supported on MLX arrays, which are immutable: use the returned "
+            "q_rot and k_rot"
+        )
+    if q_norm_weight is not None or k_norm_weight is not None or norm_eps is not None or norm_weight_offset != 0.0:
+        raise RopePoolError(
+            "q_norm_weight/k_norm_weight (QK-norm) are not supported on MLX arrays yet: apply the "
+            "RMSNorm to q and k first (mx.fast.rms_norm), or call ropepool.rope_pool_fused on NumPy arrays"
+        )
+    if kv_layout != "flat":
+        raise RopePoolError(
+            f"kv_layout must be 'flat' on MLX arrays (ropepool.mlx serves the seed's [pool_size, "
+            f"num_kv_heads, head_dim] pools only), got {kv_layout!r}"
+        )
+    if not _context_ready:
+        _ext.set_threads(num_threads())
+        _context_ready = True
+    rotary_dim = _integer("rotary_dim", rotary_dim, zero_refused=">= 2")
+    section, interleaved = _mrope(mrope_section, mrope_interleaved)
+    attention_scaling = _number("attention_scaling", attention_scaling)
+    if attention_scaling == 0.0:  # the library's "not set" (1.0): refused, not read as the default
+        raise RopePoolError("attention_scaling must be positive and finite (default 1.0), got 0.0")
+    return _ext.fused(
+        q, k, v, positions, slots, k_pool, v_pool,
+        head_dim, num_qo_heads, num_kv_heads, rope_base,
+        _style(is_neox),
+        rotary_dim,
+        _frequencies(inv_freq, rotary_dim, head_dim),
+        attention_scaling,
+        _integer("v_head_dim", v_head_dim, zero_refused="positive"),
+        _pool_format(kv_cache_dtype, k_pool),
+        _scale("k_scale", k_scale),
+        _scale("v_scale", v_scale),
+        section,
+        interleaved,
+        _integer("threads", threads, zero_refused=">= 1", none_means="ROPEPOOL_NUM_THREADS"),
+        stream,
+    )
+
+
+__all__ = ["rope_pool_fused"]

@@ -1,0 +1,162 @@
+"""torch.ops.ropepool.rope_pool_fused: ropepool's call as a torch.library operator.
+
+Engines call kernels through ``torch.ops`` so that ``torch.compile`` can trace them and CUDA graphs
+can capture them. This module registers the operator (imported by the package as soon as torch is,
+see ``_torch_hooks.py``; importing it again is a no-op)::
+
+    ropepool::rope_pool_fused(Tensor q, Tensor k, Tensor v, Tensor positions, Tensor slots,
+        Tensor(a!) k_pool, Tensor(b!) v_pool, *, int head_dim, int num_qo_heads, int num_kv_heads,
+        float rope_base, <the extension keywords>) -> (Tensor q_rot, Tensor k_rot)
+    ropepool::rope_pool_fused.out(<the same>, Tensor(c!) q_out, Tensor(d!) k_out) -> ()
+
+The default overload mutates k_pool and v_pool in place and returns fresh q_rot and k_rot; the
+``out`` overload writes q_out and k_out as well and returns nothing (torch.compile functionalizes
+only custom operators whose returns alias no input). ``torch.ops.ropepool.rope_pool_fused(...,
+q_out=a, k_out=b)`` picks the ``out`` overload. The real kernel is the direct binding (every check
+and message is the library's); the fake kernel allocates what the binding allocates, so shapes and
+strides agree under tracing. A scale is a one-element tensor or None (1.0): an operator argument
+cannot be a number or a tensor.
+
+``ropepool.rope_pool_fused`` itself stays the direct C call in eager mode (its per-call overhead is
+a fraction of the operator's: bench/results/torch-op-cpu.md), and is substituted by
+:func:`call_op` when Dynamo traces it (``register_compile_path``), so it compiles with
+``fullgraph=True``. Inductor then writes the pools in place. One case it does not: K and V pools
+that share a storage but reach the compiled function as two separate inputs (Inductor reinplaces at
+most one mutated argument per storage, and copies the other); views made inside the compiled
+function (``kv[0]``, ``kv[1]`` of a cache input or buffer) are written in place.
+"""
+
+import torch
+
+from . import _ropepool
+
+# The extension keywords after the seed's, in schema order, with their defaults. The direct binding
+# receives only those that differ from the default, so the operator works with any binding that
+# implements the keywords a caller actually uses.
+EXTENSIONS = (
+    ("threads", "int? threads=None", None),
+    ("checked", "bool checked=False", False),
+    ("is_neox", "bool is_neox=True", True),
+    ("rotary_dim", "int? rotary_dim=None", None),
+    ("inv_freq", "Tensor? inv_freq=None", None),
+    ("attention_scaling", "float attention_scaling=1.0", 1.0),
+    ("kv_layout", "str kv_layout=\"flat\"", "flat"),
+    ("kv_cache_dtype", "str kv_cache_dtype=\"auto\"", "auto"),
+    ("k_scale", "Tensor? k_scale=None", None),  # None: 1.0 (a torch operator takes no number|Tensor)
+    ("v_scale", "Tensor? v_scale=None", None),
+    ("v_head_dim", "int? v_head_dim=None", None),
+    ("mrope_section", "int[]? mrope_section=None", None),
+    ("mrope_interleaved", "bool mrope_interleaved=False", False),
+    ("q_norm_weight", "Tensor? q_norm_weight=None", None),
+    ("k_norm_weight", "Tensor? k_norm_weight=None", None),
+    ("norm_eps", "float? norm_eps=None", None),  # None: 1e-6 with a weight (the binding's default)
+    ("norm_weight_offset", "float norm_weight_offset=0.0", 0.0),
+)
+INPUTS = "Tensor q, Tensor k, Tensor v, Tensor positions, Tensor slots, "
+KEYWORDS = (", *, int head_dim, int num_qo_heads, int num_kv_heads, float rope_base, "
+            + ", ".join(decl for _, decl, _ in EXTENSIONS))
+OUTS = ", Tensor(c!) q_out, Tensor(d!) k_out) -> ()"
+POOLS = "Tensor(a!) k_pool, Tensor(b!) v_pool"
+SCHEMAS = {
+    "rope_pool_fused": "(" + INPUTS + POOLS + KEYWORDS + ") -> (Tensor q_rot, Tensor k_rot)",
+    "rope_pool_fused.out": "(" + INPUTS + POOLS + KEYWORDS + OUTS,
+}
+
+
+def _is_default(value, default):
+    return value is default or (type(value) is type(default) and value == default)
+
+
+def _direct(q, k, v, positions, slots, k_pool, v_pool, *, head_dim, num_qo_heads, num_kv_heads,
+            rope_base, **keywords):
+    # The dispatcher passes keyword-only arguments left at their default either not at all or as
+    # the default: forward only the others.
+    given = {name: keywords[name] for name, _, default in EXTENSIONS
+             if name in keywords and not _is_default(keywords[name], default)}
+    for name in ("q_out", "k_out"):
+        if name in keywords:
+            given[name] = keywords[name]
+    q_rot, k_rot, _, _ = _ropepool.rope_pool_fused(
+        q, k, v, positions, slots, k_pool, v_pool, head_dim=head_dim, num_qo_heads=num_qo_heads,
+        num_kv_heads=num_kv_heads, rope_base=rope_base, **given)
+    return q_rot, k_rot
+
+
+def _impl_out(*args, **keywords):
+    _direct(*args, **keywords)
+
+
+def _fresh(x):
+    # What the binding allocates: a contiguous tensor of x's shape, dtype and device.
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+def _fake(q, k, *args, **keywords):
+    return _fresh(q), _fresh(k)
+
+
+def _fake_out(*args, **keywords):
+    return None
+
+
+def _define():
+    if hasattr(torch.ops.ropepool, "rope_pool_fused"):  # registered by another copy of this file
+        return
+    lib = torch.library.Library("ropepool", "FRAGMENT")
+    for (name, schema), impl, fake in zip(SCHEMAS.items(), (_direct, _impl_out), (_fake, _fake_out)):
+        lib.define(name + schema)
+        for key in ("CPU", "CUDA"):
+            lib.impl(name, impl, key)
+        torch.library.register_fake("ropepool::" + name, fake, lib=lib)
+    _define.lib = lib  # the registrations live as long as the library object
+
+
+_define()
+rope_pool_fused = torch.ops.ropepool.rope_pool_fused
+
+
+def _scale_tensor(scale):
+    """A number as the operator's one-element host tensor (read when the call is made); a tensor
+    as it is (on CUDA read by the kernel, so a captured graph sees updates)."""
+    if isinstance(scale, torch.Tensor):
+        return scale
+    return None if scale == 1.0 else torch.tensor(float(scale), dtype=torch.float64)
+
+
+def call_op(q, k, v, positions, slots, k_pool, v_pool, *, head_dim, num_qo_heads, num_kv_heads,
+            rope_base, threads=None, checked=False, is_neox=True, rotary_dim=None, inv_freq=None,
+            attention_scaling=1.0, kv_layout="flat", kv_cache_dtype="auto", k_scale=1.0,
+            v_scale=1.0, v_head_dim=None, mrope_section=None, mrope_interleaved=False, q_norm_weight=None,
+            k_norm_weight=None, norm_eps=None, norm_weight_offset=0.0, q_out=None, k_out=None):
+    """``ropepool.rope_pool_fused`` through the operator: same arguments, same results
+    ``(q_rot, k_rot, k_pool, v_pool)``. What Dynamo traces in place of the C call."""
+    if inv_freq is not None and not isinstance(inv_freq, torch.Tensor):
+        inv_freq = torch.as_tensor(inv_freq, dtype=torch.float64)
+    k_scale, v_scale = _scale_tensor(k_scale), _scale_tensor(v_scale)
+    keywords = dict(
+        head_dim=head_dim, num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads,
+        rope_base=rope_base, threads=threads, checked=checked, is_neox=is_neox,
+        rotary_dim=rotary_dim, inv_freq=inv_freq, attention_scaling=attention_scaling,
+        kv_layout=kv_layout, kv_cache_dtype=kv_cache_dtype, k_scale=k_scale, v_scale=v_scale,
+        v_head_dim=v_head_dim, mrope_section=None if mrope_section is None else list(mrope_section),
+        mrope_interleaved=mrope_interleaved, q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight,
+        norm_eps=norm_eps, norm_weight_offset=norm_weight_offset)
+    if q_out is None and k_out is None:
+        q_rot, k_rot = rope_pool_fused.default(q, k, v, positions, slots, k_pool, v_pool, **keywords)
+        return q_rot, k_rot, k_pool, v_pool
+    # An output not given is allocated here, as the binding would.
+    q_rot = _fresh(q) if q_out is None else q_out
+    k_rot = _fresh(k) if k_out is None else k_out
+    rope_pool_fused.out(q, k, v, positions, slots, k_pool, v_pool, **keywords, q_out=q_rot, k_out=k_rot)
+    return q_rot, k_rot, k_pool, v_pool
+
+
+def register_compile_path():
+    """Makes Dynamo trace ``ropepool.rope_pool_fused`` as :func:`call_op` (needs torch._dynamo,
+    which the package's import hook provides once it is imported: importing it costs seconds)."""
+    from torch._dynamo.trace_rules import _polyfilled_function_ids
+
+    if id(_ropepool.rope_pool_fused) in _polyfilled_function_ids:
+        return
+    # The C signature grows with the binding's keywords; call_op takes the documented ones.
+    torch.compiler.substitute_in_graph(_ropepool.rope_pool_fused, skip_signature_check=True)(call_op)

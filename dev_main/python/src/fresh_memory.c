@@ -1,0 +1,206 @@
+/*
+ * fresh_memory.c — where the pages of a newly allocated CPU output come from.
+ *
+ * A large output (q_rot is 64 MiB at T = 4096 for Llama-3-8B in float32) comes from the allocator
+ * as fresh pages of a new mapping: glibc maps blocks of 32 MiB and more with mmap and unmaps them
+ * when freed, so every call's outputs are new memory that the kernel must zero page by page when
+ * the library's worker threads first store into it — as long as the kernel itself at T = 4096.
+ *
+ * So outputs of LARGE bytes and more come from a small cache of blocks (the default, "cache"):
+ * 2 MiB-aligned mappings with transparent-huge-page advice, handed back to the cache when the
+ * array (NumPy: a capsule as its base; torch: the DLPack deleter) is freed, and reused by the
+ * next output of that size, already faulted in — what torch's CUDA caching allocator does for
+ * device memory. The cache keeps at most CACHE_BLOCKS blocks and ROPEPOOL_OUTPUT_CACHE_MB MiB
+ * (default 1024; 0 turns it off), the oldest unmapped first. Measured in
+ * bench/results/python-call-cpu.md.
+ *
+ * ROPEPOOL_FRESH_OUTPUTS selects the strategy, for measuring it on a machine: "cache" (the
+ * default), "huge" (the allocator's pages, with NumPy's huge-page advice given to torch outputs
+ * too), "none" (the allocator's pages as they come), "populate" (MADV_POPULATE_WRITE: fault
+ * them all in the calling thread before the kernel runs), "huge+populate".
+ */
+#include "binding.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+enum { ADVISE_HUGE = 1, ADVISE_POPULATE = 2, REUSE = 4, HUGE_PAGE = 2 << 20, LARGE = 4 << 20, CACHE_BLOCKS = 8 };
+
+/* Read at every large allocation (a getenv beside a 4 MiB allocation is free), so that a
+ * measurement can switch strategies between rounds in one process. */
+static int strategy(void)
+{
+    const char *s = getenv("ROPEPOOL_FRESH_OUTPUTS");
+    return s == NULL || strcmp(s, "cache") == 0 ? REUSE
+           : strcmp(s, "huge") == 0            ? ADVISE_HUGE
+           : strcmp(s, "populate") == 0        ? ADVISE_POPULATE
+           : strcmp(s, "huge+populate") == 0   ? ADVISE_HUGE | ADVISE_POPULATE
+           : strcmp(s, "none") == 0            ? 0
+                                               : -1; /* refused by the call (take), naming it */
+}
+
+static size_t tensor_bytes(const rp_tensor *t)
+{
+    size_t bytes = rp_dtype_size((rp_dtype)t->dtype);
+    for (int d = 0; d < t->ndim && d < RP_MAX_DIMS; d++)
+        bytes *= (size_t)t->shape[d];
+    return bytes;
+}
+
+/* ---- the block cache ------------------------------------------------------------------------ */
+
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+static struct {
+    pthread_mutex_t lock;
+    void *block[CACHE_BLOCKS]; /* oldest first */
+    size_t bytes[CACHE_BLOCKS];
+    int count;
+    size_t total;
+} cache = {PTHREAD_MUTEX_INITIALIZER, {0}, {0}, 0, 0};
+
+/* ROPEPOOL_OUTPUT_CACHE_MB in bytes into *limit; -1 when it is not a whole number of MiB up to
+ * 2^30 (take refuses the call then; give, which cannot raise, treats it as 0). */
+static int cache_limit(size_t *limit)
+{
+    long long mb;
+    const int rc = rpy_env_integer("ROPEPOOL_OUTPUT_CACHE_MB", 0, 1ll << 30, 1024, &mb);
+    *limit = rc < 0 ? 0 : (size_t)mb << 20;
+    return rc;
+}
+
+/* A new 2 MiB-aligned mapping of `bytes` (a multiple of HUGE_PAGE), advised huge; NULL on failure. */
+static void *map_block(size_t bytes)
+{
+    char *p = mmap(NULL, bytes + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    char *aligned = (char *)(((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+    if (aligned > p)
+        munmap(p, (size_t)(aligned - p));
+    munmap(aligned + bytes, (size_t)(p + HUGE_PAGE - aligned));
+    (void)madvise(aligned, bytes, MADV_HUGEPAGE);
+    return aligned;
+}
+
+void *rpy_output_block_take(const rp_tensor *like, size_t *block_bytes)
+{
+    const size_t need = tensor_bytes(like);
+    size_t limit;
+    const int how = strategy();
+    *block_bytes = 0;
+    if (need < LARGE)
+        return NULL;
+    if (how < 0) {
+        rpy_refuse("ROPEPOOL_FRESH_OUTPUTS must be cache, huge, populate, huge+populate or none, got '%s'",
+                   getenv("ROPEPOOL_FRESH_OUTPUTS"));
+        return NULL;
+    }
+    if (how != REUSE)
+        return NULL;
+    if (cache_limit(&limit) < 0) {
+        rpy_refuse("ROPEPOOL_OUTPUT_CACHE_MB must be a whole number of MiB from 0 (no cache) to 2^30, got '%s'",
+                   getenv("ROPEPOOL_OUTPUT_CACHE_MB"));
+        return NULL;
+    }
+    if (limit == 0)
+        return NULL;
+    const size_t bytes = (need + HUGE_PAGE - 1) & ~(size_t)(HUGE_PAGE - 1);
+    void *found = NULL;
+    pthread_mutex_lock(&cache.lock);
+    for (int i = cache.count - 1; i >= 0 && found == NULL; i--) /* the newest block of that size */
+        if (cache.bytes[i] == bytes) {
+            found = cache.block[i];
+            cache.total -= bytes;
+            memmove(&cache.block[i], &cache.block[i + 1], (size_t)(cache.count - i - 1) * sizeof(void *));
+            memmove(&cache.bytes[i], &cache.bytes[i + 1], (size_t)(cache.count - i - 1) * sizeof(size_t));
+            cache.count--;
+        }
+    pthread_mutex_unlock(&cache.lock);
+    if (found == NULL)
+        found = map_block(bytes);
+    *block_bytes = bytes;
+    return found;
+}
+
+void rpy_output_block_give(void *block, size_t bytes)
+{
+    size_t limit;
+    (void)cache_limit(&limit);
+    void *evicted[CACHE_BLOCKS + 1];
+    size_t evicted_bytes[CACHE_BLOCKS + 1];
+    int num_evicted = 0;
+    pthread_mutex_lock(&cache.lock);
+    if (bytes > limit) {
+        evicted[num_evicted] = block;
+        evicted_bytes[num_evicted++] = bytes;
+    } else {
+        while (cache.count > 0 && (cache.count == CACHE_BLOCKS || cache.total + bytes > limit)) {
+            evicted[num_evicted] = cache.block[0];
+            evicted_bytes[num_evicted++] = cache.bytes[0];
+            cache.total -= cache.bytes[0];
+            memmove(&cache.block[0], &cache.block[1], (size_t)(cache.count - 1) * sizeof(void *));
+            memmove(&cache.bytes[0], &cache.bytes[1], (size_t)(cache.count - 1) * sizeof(size_t));
+            cache.count--;
+        }
+        cache.block[cache.count] = block;
+        cache.bytes[cache.count++] = bytes;
+        cache.total += bytes;
+    }
+    pthread_mutex_unlock(&cache.lock);
+    for (int i = 0; i < num_evicted; i++) /* outside the lock: unmapping takes a while */
+        munmap(evicted[i], evicted_bytes[i]);
+}
+#else
+void *rpy_output_block_take(const rp_tensor *like, size_t *block_bytes)
+{
+    (void)like;
+    *block_bytes = 0;
+    return NULL;
+}
+
+void rpy_output_block_give(void *block, size_t bytes)
+{
+    (void)block;
+    (void)bytes;
+}
+#endif
+
+/* ---- advice for the allocator's pages ------------------------------------------------------- */
+
+void rpy_advise_fresh_output(const rp_tensor *t)
+{
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    const size_t bytes = tensor_bytes(t);
+    if (bytes < LARGE)
+        return;
+    int how = strategy();
+    if (how < 0) /* take refused the call already */
+        return;
+    if (how == REUSE) /* an output the cache did not serve (turned off, or out of memory) */
+        how = ADVISE_HUGE;
+    if (how == 0)
+        return;
+    /* The whole huge pages inside the block: advice is per page, and the block's head and tail
+     * may share pages with other allocations. */
+    const uintptr_t begin = (uintptr_t)t->data, end = begin + bytes;
+    const uintptr_t first = (begin + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1), last = end & ~(uintptr_t)(HUGE_PAGE - 1);
+    if (last <= first)
+        return;
+    /* Advice only: a kernel without THP or MADV_POPULATE_WRITE refuses it, and the output is then
+     * faulted as before. */
+    if (how & ADVISE_HUGE)
+        (void)madvise((void *)first, last - first, MADV_HUGEPAGE);
+#ifdef MADV_POPULATE_WRITE
+    if (how & ADVISE_POPULATE)
+        (void)madvise((void *)first, last - first, MADV_POPULATE_WRITE);
+#endif
+#else
+    (void)t;
+#endif
+}

@@ -1,0 +1,155 @@
+/*
+ * rope_pool_mlx.cpp — the RopePoolFused primitive.
+ *
+ * At the call: describe the seven arrays by shape and dtype only (nothing is evaluated) and let the
+ * library check them with RP_VALIDATE_ONLY, so a bad call fails where it is made with the
+ * library's message, the seed's first. At evaluation (eval_cpu): allocate q_rot and k_rot, make
+ * k_pool_new and v_pool_new views of the input pools' own buffers (copy_shared_buffer: no pool
+ * copy, ever, as the seed's Metal kernel), and run rp_rope_pool_fused on the arrays' data and
+ * strides; the library checks slot values before it writes anything.
+ */
+#include "rope_pool_mlx.h"
+
+#include <array>
+#include <atomic>
+#include <cstring>
+
+#include "mlx/stream.h"
+
+namespace ropepool_mlx {
+
+namespace {
+
+enum { MESSAGE_SIZE = 512 };
+
+std::atomic<rp_context *> cpu_context{nullptr};
+
+rp_dtype rp_dtype_of(mx::Dtype d)
+{
+    switch (d.val()) {
+    case mx::Dtype::Val::float32: return RP_F32;
+    case mx::Dtype::Val::float16: return RP_F16;
+    case mx::Dtype::Val::bfloat16: return RP_BF16;
+    case mx::Dtype::Val::int32: return RP_I32;
+    case mx::Dtype::Val::int64: return RP_I64;
+    case mx::Dtype::Val::float64: return RP_F64;
+    case mx::Dtype::Val::int8: return RP_I8;
+    case mx::Dtype::Val::uint8: return RP_U8;
+    case mx::Dtype::Val::int16: return RP_I16;
+    case mx::Dtype::Val::uint16: return RP_U16;
+    case mx::Dtype::Val::uint32: return RP_U32;
+    case mx::Dtype::Val::uint64: return RP_U64;
+    case mx::Dtype::Val::bool_: return RP_BOOL;
+    default: return RP_DTYPE_OTHER;
+    }
+}
+
+/* An array as an rp_tensor: shape and dtype always; data and strides (MLX's, in elements) only
+ * with memory, i.e. at evaluation. Without memory the strides are row-major, which the
+ * validate-only checks do not look at. */
+rp_tensor describe(const mx::array &a, bool memory)
+{
+    rp_tensor t = RP_ZERO_INIT;
+    t.ndim = static_cast<int32_t>(a.ndim());
+    t.dtype = rp_dtype_of(a.dtype());
+    const int n = t.ndim < RP_MAX_DIMS ? t.ndim : RP_MAX_DIMS;
+    int64_t stride = 1;
+    for (int d = n - 1; d >= 0; d--) {
+        t.shape[d] = a.shape(d);
+        t.strides[d] = memory ? static_cast<int64_t>(a.strides()[d]) : stride;
+        stride *= t.shape[d];
+    }
+    if (memory)
+        t.data = const_cast<void *>(static_cast<const void *>(a.data<char>()));
+    return t;
+}
+
+/* tensors: q, k, v, positions, slots, k_pool, v_pool, q_rot, k_rot. */
+rp_rope_pool_args make_args(const Params &p, const std::array<const mx::array *, 9> &tensors, bool memory)
+{
+    rp_rope_pool_args a = p.fields;
+    rp_tensor *fields[9] = {&a.q, &a.k, &a.v, &a.positions, &a.slots, &a.k_pool, &a.v_pool, &a.q_rot, &a.k_rot};
+    for (int i = 0; i < 9; i++)
+        *fields[i] = describe(*tensors[i], memory);
+    a.inv_freq = p.inv_freq.empty() ? nullptr : p.inv_freq.data();
+    a.flags = memory ? 0u : RP_VALIDATE_ONLY;
+    return a;
+}
+
+void run(rp_context *ctx, const rp_rope_pool_args &args)
+{
+    char message[MESSAGE_SIZE];
+    const rp_status st = rp_rope_pool_fused(ctx, &args, message, sizeof message);
+    if (st != RP_OK)
+        throw Error(st, message);
+}
+
+} // namespace
+
+void set_cpu_context(rp_context *ctx)
+{
+    cpu_context.store(ctx);
+}
+
+std::vector<mx::array> rope_pool_fused(const mx::array &q, const mx::array &k, const mx::array &v,
+                                       const mx::array &positions, const mx::array &slots,
+                                       const mx::array &k_pool, const mx::array &v_pool,
+                                       Params params, mx::StreamOrDevice s)
+{
+    /* q_rot and k_rot are described by q and k themselves: same shape and dtype. */
+    run(nullptr, make_args(params, {&q, &k, &v, &positions, &slots, &k_pool, &v_pool, &q, &k}, false));
+    /* The kernel is ropepool's CPU backend: a GPU stream (the default on Apple silicon) gets the
+     * CPU stream of the default device instead. MLX orders it after the GPU work that produces
+     * the inputs (unified memory: no copies), at the price of that synchronisation. */
+    mx::Stream stream = mx::to_stream(s);
+    if (stream.device != mx::Device::cpu)
+        stream = mx::default_stream(mx::Device::cpu);
+    return mx::array::make_arrays({q.shape(), k.shape(), k_pool.shape(), v_pool.shape()},
+                                  {q.dtype(), k.dtype(), k_pool.dtype(), v_pool.dtype()},
+                                  std::make_shared<RopePoolFused>(stream, std::move(params)),
+                                  {q, k, v, positions, slots, k_pool, v_pool});
+}
+
+void RopePoolFused::eval_cpu(const std::vector<mx::array> &inputs, std::vector<mx::array> &outputs)
+{
+    auto &q_rot = outputs[0], &k_rot = outputs[1];
+    q_rot.set_data(mx::allocator::malloc(q_rot.nbytes()));
+    k_rot.set_data(mx::allocator::malloc(k_rot.nbytes()));
+    /* The new pools are the old pools' buffers, strides and offset: the call writes rows of them. */
+    outputs[2].copy_shared_buffer(inputs[5]);
+    outputs[3].copy_shared_buffer(inputs[6]);
+
+    /* The call runs here, on the thread that evaluates the graph, not as a task on the stream: MLX
+     * turns an exception thrown by a stream task into a RuntimeError carrying only its text, while
+     * one thrown here reaches mx.eval as itself (RopePoolError, a ValueError, with the library's
+     * message and nothing written). Inputs computed in this same evaluation may still be queued
+     * on the stream: wait for them first (one synchronisation, only then). */
+    for (const auto &in : inputs)
+        if (in.status() != mx::array::Status::available) {
+            mx::synchronize(stream());
+            break;
+        }
+    run(cpu_context.load(), make_args(params_, {&inputs[0], &inputs[1], &inputs[2], &inputs[3], &inputs[4],
+                                                &outputs[2], &outputs[3], &q_rot, &k_rot}, true));
+}
+
+void RopePoolFused::eval_gpu(const std::vector<mx::array> &, std::vector<mx::array> &)
+{
+    /* rope_pool_fused never makes a GPU-stream primitive (see above). */
+    throw std::runtime_error("[RopePoolFused] has no GPU kernel: it runs on the CPU stream");
+}
+
+std::vector<mx::Shape> RopePoolFused::output_shapes(const std::vector<mx::array> &inputs)
+{
+    return {inputs[0].shape(), inputs[1].shape(), inputs[5].shape(), inputs[6].shape()};
+}
+
+bool RopePoolFused::is_equivalent(const mx::Primitive &other) const
+{
+    /* rp_rope_pool_args has no padding (its 4-byte fields come in pairs, reserved0 included), so
+     * equal fields are equal bytes. */
+    const Params &o = static_cast<const RopePoolFused &>(other).params_;
+    return std::memcmp(&params_.fields, &o.fields, sizeof o.fields) == 0 && params_.inv_freq == o.inv_freq;
+}
+
+} // namespace ropepool_mlx

@@ -1,0 +1,145 @@
+"""What a new user's adversarial run found (issue 13): torch's lazy negative bit, autograd
+(pools that require grad, version counters, q that requires grad), dtypes the library has no name
+for, numbers too large for a double, and the README's Python example and version requirement."""
+
+import os
+import re
+
+import numpy as np
+import pytest
+
+from helpers import Problem, check_call, expect_refusal
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture
+def torch(torch_fw):
+    return torch_fw.torch
+
+
+def negative_view(torch, x):
+    """x's values through a tensor with the negative bit: the memory holds -x."""
+    z = torch.complex(torch.zeros_like(x), -x)  # imag = -x
+    view = z.conj().imag                        # = x, lazily negated
+    assert view.is_neg()
+    return view
+
+
+@pytest.mark.parametrize("which", ["q", "v", "k_pool"])
+def test_tensor_with_the_negative_bit_is_refused(ropepool, torch_fw, torch, which):
+    p = Problem(torch_fw)
+    setattr(p, which, negative_view(torch, getattr(p, which)))
+    expect_refusal(ropepool, torch_fw, p.arrays(), p.kwargs(),
+                   f"{which} has its negative bit set (a lazy view such as x.conj().imag), which ropepool "
+                   f"cannot read or write as memory: pass {which}.resolve_neg()")
+
+
+def test_resolved_negative_view_gives_the_right_values(ropepool, torch_fw, torch):
+    p = Problem(torch_fw)
+    p.q = negative_view(torch, p.q).resolve_neg()
+    before = p.snapshot()
+    check_call(p, before, p.call(ropepool))
+
+
+def test_leaf_pool_that_requires_grad_is_refused_like_an_in_place_op(ropepool, torch_fw, torch):
+    p = Problem(torch_fw)
+    p.k_pool = torch.nn.Parameter(p.k_pool)  # requires grad
+    expect_refusal(ropepool, torch_fw, p.arrays(), p.kwargs(),
+                   "a leaf Variable that requires grad is being used in an in-place operation: rope_pool_fused "
+                   "writes k_pool in place; call it under torch.no_grad() or torch.inference_mode()")
+
+
+def test_non_leaf_pool_that_requires_grad_is_refused(ropepool, torch_fw, torch):
+    p = Problem(torch_fw)
+    p.v_pool = p.v_pool.requires_grad_() * 1.0
+    expect_refusal(ropepool, torch_fw, p.arrays(), p.kwargs(),
+                   "v_pool requires grad, but rope_pool_fused writes it in place and has no backward: call it "
+                   "under torch.no_grad() or torch.inference_mode()")
+
+
+def test_pool_that_requires_grad_is_written_under_no_grad(ropepool, torch_fw, torch):
+    p = Problem(torch_fw)
+    p.k_pool = torch.nn.Parameter(p.k_pool)
+    before = p.snapshot()
+    with torch.no_grad():
+        check_call(p, before, p.call(ropepool))
+
+
+def test_q_that_requires_grad_is_refused_with_grad_mode_on(ropepool, torch_fw, torch):
+    p = Problem(torch_fw)
+    p.q = p.q.requires_grad_()
+    expect_refusal(ropepool, torch_fw, p.arrays(), p.kwargs(),
+                   "q requires grad, but rope_pool_fused has no backward (its outputs would not be connected to "
+                   "q's graph): call it under torch.no_grad() or torch.inference_mode(), or pass q.detach()")
+    with torch.inference_mode():
+        q_rot = p.call(ropepool)[0]
+    assert not q_rot.requires_grad
+
+
+def test_pools_version_counters_are_bumped(ropepool, torch_fw, torch):
+    p = Problem(torch_fw)
+    versions = (p.k_pool._version, p.v_pool._version)
+    p.call(ropepool)
+    assert (p.k_pool._version, p.v_pool._version) == (versions[0] + 1, versions[1] + 1)
+
+
+def test_autograd_sees_the_write_to_a_pool_saved_for_backward(ropepool, torch_fw, torch):
+    p = Problem(torch_fw)
+    w = torch.ones_like(p.k_pool, requires_grad=True)
+    loss = (w * p.k_pool).sum()  # saves k_pool for backward
+    with torch.no_grad():
+        p.call(ropepool)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "object", "U3"])
+def test_unsupported_numpy_dtype_is_named(ropepool, np_fw, dtype):
+    p = Problem(np_fw)
+    p.k = np.zeros(p.k.shape, dtype=dtype)
+    pools = [p.k_pool.copy(), p.v_pool.copy()]
+    with pytest.raises(ropepool.RopePoolError) as info:
+        p.call(ropepool)
+    assert str(info.value) == (f"k has dtype {np.dtype(dtype)}, which ropepool does not take (data and pools: "
+                               "float32, float16, bfloat16, fp8 pools; positions and slots: int32, int64)")
+    assert np.array_equal(pools[0], p.k_pool) and np.array_equal(pools[1], p.v_pool)
+
+
+def test_unsupported_torch_dtype_is_named(ropepool, torch_fw, torch):
+    p = Problem(torch_fw)
+    p.q = torch.zeros(p.q.shape, dtype=torch.complex64)
+    expect_refusal(ropepool, torch_fw, p.arrays(), p.kwargs(),
+                   "q has dtype torch.complex64, which ropepool does not take (data and pools: float32, "
+                   "float16, bfloat16, fp8 pools; positions and slots: int32, int64)")
+
+
+def test_rope_base_too_large_for_a_double_is_named(ropepool, fw):
+    p = Problem(fw)
+    e = expect_refusal(ropepool, fw, p.arrays(), p.kwargs(rope_base=10**400),
+                       "rope_base must be a positive finite number, got 1000000000000000... (401 characters), "
+                       "too large for a float64")
+    assert e.status == "RP_ERR_INVALID_ARGUMENT"
+
+
+def readme_python_example():
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    section = text[text.index("\n## Python"):]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_readme_python_example_runs_as_written(ropepool):
+    namespace = {}
+    exec(compile(readme_python_example(), "README.md (## Python)", "exec"), namespace)
+    q_rot, k_pool = namespace["q_rot"], namespace["k_pool"]
+    assert q_rot.shape == namespace["q"].shape and np.isfinite(q_rot).all()
+    assert np.array_equal(k_pool[namespace["slots"]], namespace["k_rot"])
+
+
+def test_readme_python_version_matches_the_package():
+    with open(os.path.join(REPO, "python", "pyproject.toml"), encoding="utf-8") as f:
+        required = re.search(r'requires-python = ">=([0-9.]+)"', f.read()).group(1)
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        stated = re.findall(r"Python ≥ ([0-9.]+)", f.read())
+    assert stated and all(v == required for v in stated), (stated, required)

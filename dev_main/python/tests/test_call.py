@@ -1,0 +1,386 @@
+"""The Python surface of the call: the seed's signature, what comes back, what the binding itself
+refuses (not an array, two frameworks, wrong Python types), the library's own messages for what
+the library checks, the extra keyword-only arguments, threads, fork, and the module's helpers."""
+
+import os
+import re
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from helpers import Problem, check_call, expect_refusal
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+# ---- the seed's signature ------------------------------------------------------------------------
+
+
+def test_seed_call_with_arrays_by_keyword_works(ropepool, fw):
+    p = Problem(fw)
+    before = p.snapshot()
+    names = ["q", "k", "v", "positions", "slots", "k_pool", "v_pool"]
+    result = ropepool.rope_pool_fused(**dict(zip(names, p.arrays())), **p.kwargs())
+    check_call(p, before, result)
+
+
+def test_seed_configuration_is_keyword_only(ropepool, np_fw):
+    p = Problem(np_fw)
+    with pytest.raises(TypeError, match=r"takes 7 positional arguments but 8 were given"):
+        ropepool.rope_pool_fused(*p.arrays(), 64, num_qo_heads=8, num_kv_heads=2, rope_base=1e4)
+
+
+@pytest.mark.parametrize("missing", ["head_dim", "num_qo_heads", "num_kv_heads", "rope_base"])
+def test_missing_seed_keyword_is_named(ropepool, np_fw, missing):
+    p = Problem(np_fw)
+    kw = p.kwargs()
+    del kw[missing]
+    with pytest.raises(TypeError, match=f"missing required keyword-only argument: '{missing}'"):
+        ropepool.rope_pool_fused(*p.arrays(), **kw)
+
+
+def test_missing_array_is_named(ropepool, np_fw):
+    p = Problem(np_fw)
+    with pytest.raises(TypeError, match="missing required argument: 'v_pool'"):
+        ropepool.rope_pool_fused(*p.arrays()[:6], **p.kwargs())
+
+
+def test_unknown_and_repeated_keywords_are_refused(ropepool, np_fw):
+    p = Problem(np_fw)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'num_heads'"):
+        ropepool.rope_pool_fused(*p.arrays(), num_heads=8, **p.kwargs())
+    with pytest.raises(TypeError, match="multiple values for argument 'q'"):
+        ropepool.rope_pool_fused(*p.arrays(), q=p.q, **p.kwargs())
+
+
+def test_keyword_names_built_at_run_time_are_recognised(ropepool, np_fw):
+    p = Problem(np_fw)
+    before = p.snapshot()
+    kw = {"".join(["head", "_dim"]): p.D, **{k: v for k, v in p.kwargs().items() if k != "head_dim"}}
+    check_call(p, before, ropepool.rope_pool_fused(*p.arrays(), **kw))
+
+
+def test_signature_is_introspectable(ropepool):
+    import inspect
+
+    sig = inspect.signature(ropepool.rope_pool_fused)
+    params = list(sig.parameters.values())
+    assert [x.name for x in params[:7]] == ["q", "k", "v", "positions", "slots", "k_pool", "v_pool"]
+    keyword_only = [x.name for x in params if x.kind is inspect.Parameter.KEYWORD_ONLY]
+    assert keyword_only[:4] == ["head_dim", "num_qo_heads", "num_kv_heads", "rope_base"]
+    assert set(keyword_only[4:]) == {"threads", "checked", "is_neox", "rotary_dim", "inv_freq", "attention_scaling",
+                                     "kv_layout", "v_head_dim", "kv_cache_dtype", "k_scale", "v_scale",
+                                     "mrope_section", "mrope_interleaved", "q_norm_weight", "k_norm_weight",
+                                     "norm_eps", "norm_weight_offset", "q_out", "k_out"}
+
+
+def test_numpy_integers_and_int_rope_base_are_accepted(ropepool, fw):
+    p = Problem(fw)
+    before = p.snapshot()
+    kw = dict(head_dim=np.int64(p.D), num_qo_heads=np.int32(p.Hq), num_kv_heads=p.Hk, rope_base=500000)
+    check_call(p, before, ropepool.rope_pool_fused(*p.arrays(), **kw))
+
+
+def test_configuration_of_the_wrong_python_type_is_named(ropepool, np_fw):
+    p = Problem(np_fw)
+    with pytest.raises(TypeError, match="head_dim must be an int, got float"):
+        p.call(ropepool, head_dim=64.0)
+    with pytest.raises(TypeError, match="num_kv_heads must be an int, got NoneType"):
+        p.call(ropepool, num_kv_heads=None)
+    with pytest.raises(TypeError, match="rope_base must be a number, got str"):
+        p.call(ropepool, rope_base="500000")
+    with pytest.raises(ValueError, match=r"head_dim = 340282366920938463463374607431768211456 is out of range"):
+        p.call(ropepool, head_dim=2**128)
+
+
+# ---- what comes back -----------------------------------------------------------------------------
+
+
+def test_outputs_are_new_arrays_and_pools_are_the_callers_objects(ropepool, fw):
+    p = Problem(fw, T=5)
+    before = p.snapshot()
+    result = p.call(ropepool)
+    assert type(result) is tuple and len(result) == 4
+    check_call(p, before, result)  # checks framework, dtype, shape, contiguity, no shared memory
+
+
+def test_each_call_returns_fresh_outputs(ropepool, fw):
+    p = Problem(fw, T=3)
+    first, second = p.call(ropepool), p.call(ropepool)
+    assert not fw.shares_memory(first[0], second[0]) and not fw.shares_memory(first[1], second[1])
+    assert np.array_equal(fw.bits(first[0]), fw.bits(second[0]))
+
+
+# ---- what the binding refuses itself ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("index", range(7))
+def test_argument_that_is_not_an_array_is_named(ropepool, fw, index):
+    p = Problem(fw)
+    args = p.arrays()
+    name = ["q", "k", "v", "positions", "slots", "k_pool", "v_pool"][index]
+    before = [fw.bits(a) for a in args]
+    args[index] = np.asarray(fw.f64(args[index])).tolist()  # the same numbers, as a list
+    expected = ("q must be a numpy.ndarray or a torch.Tensor, got list" if index == 0 else
+                f"{name} must be a {'numpy.ndarray' if fw.name == 'numpy' else 'torch.Tensor'} like q, got list")
+    with pytest.raises(TypeError) as info:
+        ropepool.rope_pool_fused(*args, **p.kwargs())
+    assert str(info.value) == expected
+    for old, a in zip(before, args):
+        if not isinstance(a, list):
+            assert np.array_equal(old, fw.bits(a))
+
+
+def test_arrays_of_two_frameworks_are_refused(ropepool, torch_fw, np_fw):
+    p = Problem(torch_fw)
+    numpy_pool = np_fw.array(torch_fw.f64(p.k_pool), "float32")
+    args = p.arrays()
+    args[5] = numpy_pool
+    before = np_fw.bits(numpy_pool)
+    with pytest.raises(TypeError) as info:
+        ropepool.rope_pool_fused(*args, **p.kwargs())
+    assert str(info.value) == "k_pool is a numpy.ndarray but q is a torch.Tensor: pass all arrays from one framework"
+    assert np.array_equal(before, np_fw.bits(numpy_pool))
+    with pytest.raises(TypeError) as info:
+        ropepool.rope_pool_fused(np_fw.array(torch_fw.f64(p.q), "float32"), *p.arrays()[1:], **p.kwargs())
+    assert str(info.value) == "k is a torch.Tensor but q is a numpy.ndarray: pass all arrays from one framework"
+
+
+def test_non_native_byte_order_is_named(ropepool, np_fw):
+    p = Problem(np_fw)
+    swapped = p.v.astype(p.v.dtype.newbyteorder(">"))
+    with pytest.raises(ropepool.RopePoolError, match=r"^v has non-native byte order"):
+        p.call(ropepool, p.q, p.k, swapped)
+
+
+def test_stride_that_splits_elements_is_named(ropepool, np_fw):
+    p = Problem(np_fw)
+    raw = np.zeros(2 * p.T * p.Hk * p.D, dtype=np.float32)
+    odd = np.lib.stride_tricks.as_strided(raw, shape=(p.T, p.Hk, p.D), strides=(p.Hk * p.D * 8, p.D * 8, 6))
+    with pytest.raises(ropepool.RopePoolError,
+                       match=r"^v has a stride of 6 bytes on axis 2, not a multiple of its 4-byte elements"):
+        p.call(ropepool, p.q, p.k, odd)
+
+
+# ---- what the library checks, with its messages --------------------------------------------------
+
+
+def test_read_only_pool_gets_the_librarys_message(ropepool, np_fw):
+    p = Problem(np_fw)
+    p.v_pool.flags.writeable = False
+    expect_refusal(ropepool, np_fw, p.arrays(), p.kwargs(), "v_pool is read-only, but the call writes it")
+
+
+def test_read_only_inputs_are_fine(ropepool, np_fw):
+    p = Problem(np_fw)
+    for x in (p.q, p.k, p.v, p.positions, p.slots):
+        x.flags.writeable = False
+    before = p.snapshot()
+    check_call(p, before, p.call(ropepool))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int8", "int32"])
+def test_unsupported_data_dtype_gets_the_librarys_message(ropepool, fw, dtype):
+    p = Problem(fw)
+    arrays = [fw.astype(x, dtype) for x in (p.q, p.k, p.v)] + p.arrays()[3:5]
+    arrays += [fw.astype(p.k_pool, dtype), fw.astype(p.v_pool, dtype)]
+    expect_refusal(ropepool, fw, arrays, p.kwargs(),
+                   f"q/k/v dtype {dtype} is not supported: use float32, float16 or bfloat16")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "uint32", "int16"])
+def test_index_dtype_gets_the_librarys_message(ropepool, fw, dtype):
+    p = Problem(fw)
+    arrays = p.arrays()
+    arrays[3] = fw.astype(p.positions, dtype)
+    expect_refusal(ropepool, fw, arrays, p.kwargs(), f"positions dtype must be int32 or int64, got {dtype}")
+
+
+def test_rank_above_the_librarys_limit_is_a_rank_error(ropepool, fw):
+    p = Problem(fw)
+    deep = p.q.reshape((1,) * 7 + tuple(p.q.shape))  # 10-D
+    arrays = p.arrays()
+    arrays[0] = deep
+    expect_refusal(ropepool, fw, arrays, p.kwargs(), "rope_pool_fused expects q/k/v to be 3-D")
+
+
+def test_pools_sharing_memory_are_refused(ropepool, fw):
+    p = Problem(fw)
+    arrays = p.arrays()
+    arrays[6] = arrays[5]
+    expect_refusal(ropepool, fw, arrays, p.kwargs(), "v_pool overlaps k_pool: outputs must not share memory",
+                   status="RP_ERR_OVERLAP")
+
+
+def test_pool_sharing_memory_with_an_input_is_refused(ropepool, fw):
+    p = Problem(fw, T=6, P=16)
+    arrays = p.arrays()
+    arrays[2] = p.v_pool[:6]  # v read from the pool it is written to
+    expect_refusal(ropepool, fw, arrays, p.kwargs(),
+                   "v_pool overlaps v: outputs may share memory with inputs only as q_rot = q or "
+                   "k_rot = k (same data, shape and strides)", status="RP_ERR_OVERLAP")
+
+
+def test_misaligned_data_gets_the_librarys_message(ropepool, np_fw):
+    p = Problem(np_fw)
+    raw = np.zeros(p.k_pool.nbytes + 4, dtype=np.uint8)
+    misaligned = raw[2:2 + p.k_pool.nbytes].view(np.float32).reshape(p.k_pool.shape)
+    arrays = p.arrays()
+    arrays[5] = misaligned
+    before = [np_fw.bits(a) for a in arrays]
+    with pytest.raises(ropepool.RopePoolError) as info:
+        ropepool.rope_pool_fused(*arrays, **p.kwargs())
+    assert re.fullmatch(r"k_pool data 0x[0-9a-f]+ is not aligned to its 4-byte float32 elements", str(info.value))
+    assert all(np.array_equal(b, np_fw.bits(a)) for b, a in zip(before, arrays))
+
+
+def test_bad_rope_base_gets_the_librarys_message(ropepool, fw):
+    p = Problem(fw)
+    expect_refusal(ropepool, fw, p.arrays(), p.kwargs(rope_base=float("nan")),
+                   "rope_base must be a positive finite number, got nan")
+    expect_refusal(ropepool, fw, p.arrays(), p.kwargs(rope_base=0),
+                   "rope_base must be a positive finite number, got 0")
+
+
+def test_odd_head_dim_gets_the_librarys_message(ropepool, fw):
+    p = Problem(fw, Hq=1, Hk=1, D=64)
+    q3 = p.q[:, :, :63]
+    arrays = [q3, p.k[:, :, :63], p.v[:, :, :63]] + p.arrays()[3:5] + [p.k_pool[:, :, :63], p.v_pool[:, :, :63]]
+    expect_refusal(ropepool, fw, arrays, p.kwargs(head_dim=63),
+                   "head_dim must be a positive even number, got 63")
+
+
+# ---- the extra keyword-only arguments ----------------------------------------------------------------
+
+
+def test_threads_cap_gives_the_same_bits(ropepool, cpu_fw):
+    p = Problem(cpu_fw, T=512, Hq=8, Hk=2, D=64, P=1024, max_pos=2**31 - 1)
+    pools = [cpu_fw.bits(p.k_pool), cpu_fw.bits(p.v_pool)]
+    many = p.call(ropepool)
+    one = p.call(ropepool, threads=1)
+    for a, b in zip(many[:2], one[:2]):
+        assert np.array_equal(cpu_fw.bits(a), cpu_fw.bits(b))
+    assert not np.array_equal(pools[0], cpu_fw.bits(p.k_pool))  # the pools were written
+
+
+def test_negative_threads_gets_the_librarys_message(ropepool, fw):
+    p = Problem(fw)
+    expect_refusal(ropepool, fw, p.arrays(), p.kwargs(threads=-1),
+                   "num_threads must be >= 0 (0 = the context's), got -1")
+
+
+def test_checked_is_accepted_on_the_cpu(ropepool, cpu_fw):
+    p = Problem(cpu_fw)
+    before = p.snapshot()
+    check_call(p, before, p.call(ropepool, checked=True))
+
+
+def test_is_neox_replaces_the_reserved_style_keyword(ropepool, fw):
+    p = Problem(fw)
+    before = p.snapshot()
+    check_call(p, before, p.call(ropepool, is_neox=True, rotary_dim=p.D))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'style'"):
+        p.call(ropepool, style="neox")
+    expect_refusal(ropepool, fw, p.arrays(), p.kwargs(rotary_dim=33), "rotary_dim must be even, got 33")
+
+
+# ---- threads, the GIL, fork ----------------------------------------------------------------------
+
+
+def test_concurrent_calls_from_python_threads_match_sequential_ones(ropepool, cpu_fw):
+    problems = [Problem(cpu_fw, T=64 + i, P=128, max_pos=2**31 - 1, seed=100 + i) for i in range(6)]
+    expected = [[cpu_fw.bits(x) for x in Problem(cpu_fw, T=64 + i, P=128, max_pos=2**31 - 1,
+                                                 seed=100 + i).call(ropepool)] for i in range(6)]
+    results = [None] * len(problems)
+
+    def run(i):
+        for _ in range(20):
+            results[i] = problems[i].call(ropepool)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(problems))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, result in enumerate(results):
+        for want, got in zip(expected[i], result):
+            assert np.array_equal(want, cpu_fw.bits(got))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_child_can_call_after_the_parent_did(ropepool, np_fw):
+    p = Problem(np_fw, T=256, P=512, max_pos=2**31 - 1)
+    parent = [np_fw.bits(x) for x in p.call(ropepool)[:2]]
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: the parent's worker threads are gone; a new context must be made
+        status = 1
+        try:
+            child = [np_fw.bits(x) for x in p.call(ropepool)[:2]]
+            status = 0 if all(np.array_equal(a, b) for a, b in zip(parent, child)) else 2
+        finally:
+            os.write(write_end, bytes([status]))
+            os._exit(0)
+    os.close(write_end)
+    import select
+
+    ready, _, _ = select.select([read_end], [], [], 60)
+    status = os.read(read_end, 1) if ready else b""
+    os.close(read_end)
+    if not ready:
+        os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    assert ready, "the forked child hung in the call"
+    assert status == b"\x00", f"the forked child's call failed (status {status!r})"
+
+
+def run_python(code, **env):
+    environ = dict(os.environ, **env)
+    return subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True, timeout=120)
+
+
+def test_environment_sets_the_cpu_thread_count(ropepool):
+    done = run_python("import ropepool; print(ropepool.num_threads())", ROPEPOOL_NUM_THREADS="1")
+    assert done.returncode == 0 and done.stdout.strip() == "1", done.stderr
+    default = run_python("import ropepool; print(ropepool.num_threads())", ROPEPOOL_NUM_THREADS="")
+    assert default.returncode == 0 and int(default.stdout) == os.cpu_count(), default.stderr
+
+
+def test_bad_thread_environment_is_named(ropepool):
+    done = run_python("import ropepool; ropepool.num_threads()", ROPEPOOL_NUM_THREADS="many")
+    assert done.returncode != 0
+    assert "ropepool.RopePoolError: ROPEPOOL_NUM_THREADS must be an integer in [0, 4096] (0 = one thread per CPU), got 'many'" in done.stderr
+
+
+# ---- the module ------------------------------------------------------------------------------------
+
+
+def test_version_is_the_headers(ropepool):
+    header = open(os.path.join(REPO, "include", "ropepool.h")).read()
+    parts = [re.search(rf"#define RP_VERSION_{p} (\d+)", header).group(1) for p in ("MAJOR", "MINOR", "PATCH")]
+    assert ropepool.version() == ropepool.__version__ == ".".join(parts)
+    major, minor, patch = map(int, parts)
+    assert ropepool._ropepool.VERSION_NUMBER == major * 10000 + minor * 100 + patch
+
+
+def test_cpu_kernel_and_cuda_flag_are_reported(ropepool):
+    assert ropepool.cpu_kernel() in {"avx512", "avx2", "neon", "portable", "reference"}
+    assert isinstance(ropepool.has_cuda(), bool)
+
+
+def test_forced_cpu_kernel_level_is_reported_and_exact(ropepool):
+    code = ("import sys; sys.path.insert(0, %r); import ropepool, helpers; "
+            "fw = helpers.make_framework('numpy'); p = helpers.Problem(fw, T=16, max_pos=2**31 - 1); "
+            "b = p.snapshot(); helpers.check_call(p, b, p.call(ropepool)); print(ropepool.cpu_kernel())"
+            % os.path.dirname(os.path.abspath(__file__)))
+    done = run_python(code, ROPEPOOL_CPU="reference")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "reference"
+
+
+def test_error_type_is_a_value_error(ropepool):
+    assert issubclass(ropepool.RopePoolError, ValueError)
+

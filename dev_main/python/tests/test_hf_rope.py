@@ -1,0 +1,340 @@
+"""hf_rope_parameters and hf_rope_kwargs against what transformers itself computes.
+
+The fixtures (fixtures/hf_rope.json, fixtures/hf_rope_rotations.npz) were recorded from
+transformers' own rotary modules by python/tools/record_hf_fixtures.py; these tests need neither
+transformers nor torch.
+
+Tolerance on the tables: at most 1 float32 ulp, 2 for dynamic NTK, on every entry. ropepool
+repeats transformers' float32 operations in their order (measured once while writing it: a NumPy
+float32 model of the same order with torch's own powf in place of ours reproduced transformers'
+buffers bit for bit on 300 random configs of every type); the one difference is pow, correctly
+rounded here and within 1 ulp in torch's CPU powf, and dynamic NTK raises to a power twice (its
+grown base, then the table). Over random configs, later operations (1/x, ext * pow) widened that
+to 3 ulps on a few entries; on these real configs the tables agree within 1 ulp and bit for bit
+on 99% of entries, which test_tables_are_mostly_bit_identical holds.
+"""
+
+import json
+import math
+import pathlib
+import types
+
+import numpy as np
+import pytest
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+RECORD = json.loads((FIXTURES / "hf_rope.json").read_text())
+CASES = RECORD["cases"]
+
+
+def case_id(case):
+    return "-".join(str(x) for x in (case["name"], case["seq_len"], case["layer_type"]) if x is not None)
+
+
+def ulps(a, b):
+    a = np.asarray(a, np.float32).view(np.int32).astype(np.int64)
+    b = np.asarray(b, np.float32).view(np.int32).astype(np.int64)
+    return np.abs(a - b)
+
+
+def as_object(config):
+    """A config as attributes, like a transformers PretrainedConfig (text_config included)."""
+    attrs = {k: as_object(v) if k == "text_config" else v for k, v in config.items()}
+    return types.SimpleNamespace(**attrs)
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+@pytest.mark.parametrize("form", ["dict", "object"])
+def test_tables_match_transformers_buffers(ropepool, case, form):
+    config = case["config"] if form == "dict" else as_object(case["config"])
+    inv_freq, scaling = ropepool.hf_rope_parameters(config, seq_len=case["seq_len"],
+                                                    layer_type=case["layer_type"])
+    want = np.array(case["inv_freq"])
+    assert inv_freq.dtype == np.float64 and inv_freq.shape == want.shape
+    assert np.array_equal(inv_freq, inv_freq.astype(np.float32)), "not float32 values"
+    dynamic = case["config"].get("rope_scaling", {}).get("type") == "dynamic"
+    worst = ulps(inv_freq, want).max()
+    assert worst <= (2 if dynamic else 1), f"{worst} float32 ulps from transformers' buffer"
+    assert scaling == pytest.approx(case["attention_scaling"], rel=1e-15, abs=0)
+
+
+def test_tables_are_mostly_bit_identical(ropepool):
+    """A wrong operation order moves most entries; torch's powf only a few."""
+    exact = total = 0
+    for case in CASES:
+        inv_freq, _ = ropepool.hf_rope_parameters(case["config"], seq_len=case["seq_len"],
+                                                  layer_type=case["layer_type"])
+        u = ulps(inv_freq, case["inv_freq"])
+        exact += int((u == 0).sum())
+        total += u.size
+    assert exact / total >= 0.95, f"only {exact} of {total} entries bit-identical"
+
+
+def fixture_config(name):
+    return next(c["config"] for c in CASES if c["name"] == name)
+
+
+def test_float64_formula_is_not_what_transformers_uses(ropepool):
+    """Why the float32 order matters: Llama-3.1's float64 table is several ulps off in places."""
+    inv_freq, _ = ropepool.hf_rope_parameters(fixture_config("llama3.1-8b"))
+    f64 = 500000.0 ** -(np.arange(0, 128, 2) / 128.0)
+    assert np.array_equal(inv_freq[:20], np.array(CASES[0]["inv_freq"][:20]))
+    assert ulps(f64[:20], inv_freq[:20]).max() >= 1
+
+
+# ---- refusals ------------------------------------------------------------------------------------
+
+LLAMA = dict(model_type="llama", hidden_size=4096, num_attention_heads=32, max_position_embeddings=4096,
+             rope_theta=10000.0)
+
+
+def with_rope(**rope):
+    return dict(LLAMA, rope_scaling=rope)
+
+
+@pytest.mark.parametrize("rope_type", ["proportional", "su", "mrope_v9", "ntk"])
+def test_unknown_rope_type_is_named(ropepool, rope_type):
+    with pytest.raises(ropepool.RopePoolError, match=f"rope type '{rope_type}' is not supported"):
+        ropepool.hf_rope_parameters(with_rope(rope_type=rope_type, factor=2.0))
+
+
+@pytest.mark.parametrize("rope, field", [
+    (dict(type="linear"), "factor"),
+    (dict(type="dynamic"), "factor"),
+    (dict(rope_type="yarn", original_max_position_embeddings=2048), "factor"),
+    (dict(rope_type="llama3", factor=8.0, high_freq_factor=4.0), "low_freq_factor"),
+    (dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0), "high_freq_factor"),
+    (dict(rope_type="longrope", long_factor=[1.0] * 64), "short_factor"),
+    (dict(rope_type="longrope", short_factor=[1.0] * 64), "long_factor"),
+])
+def test_missing_required_field_is_named(ropepool, rope, field):
+    rope_type = rope.get("rope_type", rope.get("type"))
+    with pytest.raises(ropepool.RopePoolError, match=rf"'{rope_type}' needs rope_parameters\['{field}'\]"):
+        ropepool.hf_rope_parameters(with_rope(**rope))
+
+
+def test_missing_max_position_embeddings_is_named(ropepool):
+    config = with_rope(type="dynamic", factor=2.0)
+    del config["max_position_embeddings"]
+    with pytest.raises(ropepool.RopePoolError, match="'dynamic' needs max_position_embeddings"):
+        ropepool.hf_rope_parameters(config)
+    config = with_rope(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0)
+    del config["max_position_embeddings"]
+    with pytest.raises(ropepool.RopePoolError, match="'llama3' needs original_max_position_embeddings"):
+        ropepool.hf_rope_parameters(config)
+
+
+def test_missing_head_dim_is_named(ropepool):
+    with pytest.raises(ropepool.RopePoolError, match="neither head_dim nor hidden_size"):
+        ropepool.hf_rope_parameters(dict(model_type="llama", rope_theta=1e4))
+
+
+def test_library_refusal_reaches_python_with_its_message(ropepool):
+    with pytest.raises(ropepool.RopePoolError, match="low_freq_factor < high_freq_factor") as info:
+        ropepool.hf_rope_parameters(with_rope(rope_type="llama3", factor=8.0, low_freq_factor=4.0,
+                                              high_freq_factor=1.0))
+    assert info.value.status == "RP_ERR_INVALID_ARGUMENT"
+    with pytest.raises(ropepool.RopePoolError, match=r"'short_factor'\] must have rotary_dim/2 = 64"):
+        ropepool.hf_rope_parameters(with_rope(rope_type="longrope", short_factor=[1.0] * 3,
+                                              long_factor=[1.0] * 64))
+
+
+@pytest.mark.parametrize("seq_len", [-1, 2.5, "8192", True])
+def test_bad_seq_len_is_named(ropepool, seq_len):
+    with pytest.raises(ropepool.RopePoolError, match="seq_len must be None or an integer >= 0"):
+        ropepool.hf_rope_parameters(with_rope(type="dynamic", factor=2.0), seq_len=seq_len)
+
+
+def test_non_positive_attention_factor_is_named(ropepool):
+    with pytest.raises(ropepool.RopePoolError, match="attention_factor'] must be > 0, got -1.0"):
+        ropepool.hf_rope_parameters(with_rope(rope_type="yarn", factor=4.0, attention_factor=-1.0))
+
+
+def test_layer_type_must_match_the_config(ropepool):
+    gemma3 = fixture_config("gemma3-4b")
+    with pytest.raises(ropepool.RopePoolError, match="full_attention, sliding_attention.*got None"):
+        ropepool.hf_rope_parameters(gemma3)
+    with pytest.raises(ropepool.RopePoolError, match="got 'global'"):
+        ropepool.hf_rope_parameters(gemma3, layer_type="global")
+    with pytest.raises(ropepool.RopePoolError, match="one rope for all layers"):
+        ropepool.hf_rope_parameters(LLAMA, layer_type="full_attention")
+
+
+def test_alibi_falcon_is_refused(ropepool):
+    with pytest.raises(ropepool.RopePoolError, match="ALiBi"):
+        ropepool.hf_rope_parameters(dict(model_type="falcon", hidden_size=4544, num_attention_heads=71,
+                                         alibi=True))
+
+
+# ---- what the config reading gets right -----------------------------------------------------------
+
+def test_new_and_old_spellings_agree(ropepool):
+    old = with_rope(type="yarn", factor=4.0, original_max_position_embeddings=1024)
+    new = dict(LLAMA, rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0,
+                                            original_max_position_embeddings=1024))
+    del new["rope_theta"]
+    a, sa = ropepool.hf_rope_parameters(old)
+    b, sb = ropepool.hf_rope_parameters(new)
+    assert np.array_equal(a, b) and sa == sb == pytest.approx(0.1 * math.log(4.0) + 1.0)
+
+
+def test_longrope_picks_long_factors_past_the_original_length(ropepool):
+    phi3 = fixture_config("phi3-mini-128k")
+    short, scaling = ropepool.hf_rope_parameters(phi3, seq_len=4096)
+    long, _ = ropepool.hf_rope_parameters(phi3, seq_len=4097)
+    assert np.array_equal(short, ropepool.hf_rope_parameters(phi3)[0])
+    assert long[-1] < short[-1] / 10  # long factors reach ~60
+    assert scaling == pytest.approx(math.sqrt(1 + math.log(32) / math.log(4096)))
+
+
+# ---- hf_rope_kwargs on every family of the style table -------------------------------------------
+
+def family(model_type, **extra):
+    return dict(model_type=model_type, hidden_size=2048, num_attention_heads=16, max_position_embeddings=4096,
+                **extra)
+
+
+# The pair style of each model type, read from its modeling code in transformers 5.24: rotate_half
+# on halves is NeoX; even/odd pairs (rotate_every_two, repeat_interleave'd cos/sin, view_as_complex,
+# DeepSeek's rope_interleave) are GPT-J. glm4_moe (GLM-4.5 to 4.7) rotates halves, unlike glm/glm4.
+NEOX = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_vl", "qwen2_vl_text",
+        "qwen2_5_vl", "qwen2_5_vl_text", "qwen3_vl", "qwen3_vl_text", "phi", "phi3", "gpt_neox", "gemma",
+        "gemma2", "gemma3", "gemma3_text", "starcoder2", "olmo", "granite", "stablelm", "falcon", "glm4_moe"}
+GPTJ = {"gptj", "codegen", "glm", "glm4", "cohere", "cohere2", "chatglm", "deepseek_v2", "deepseek_v3"}
+FAMILIES = RECORD["families"]
+
+
+@pytest.mark.parametrize("fam", FAMILIES, ids=[f["config"]["model_type"] for f in FAMILIES])
+def test_kwargs_give_each_familys_transformers_table_and_style(ropepool, fam):
+    """Only the fields every config.json has: the config classes' defaults (theta, partial rotary,
+    rotary_dim) are read as transformers fills them in."""
+    config = fam["config"]
+    kw = ropepool.hf_rope_kwargs(config)
+    model_type = config["model_type"]
+    assert kw["is_neox"] is (model_type in NEOX) and model_type in NEOX | GPTJ
+    assert kw["rotary_dim"] == 2 * len(fam["inv_freq"])
+    assert ulps(kw["inv_freq"], fam["inv_freq"]).max() <= 1
+    assert kw["attention_scaling"] == fam["attention_scaling"] == 1.0
+    assert np.array_equal(kw["inv_freq"], ropepool.hf_rope_parameters(config)[0])
+
+
+def test_every_style_table_entry_has_a_transformers_fixture(ropepool):
+    recorded = {f["config"]["model_type"] for f in FAMILIES}
+    assert (NEOX | GPTJ) - recorded == {"gemma3", "gemma3_text", "chatglm"}  # gemma3: see below
+
+
+def test_chatglm_is_gptj_pairs_on_half_of_kv_channels(ropepool):
+    """THUDM's remote code: RotaryEmbedding(kv_channels // 2), base 10000 * rope_ratio, adjacent pairs."""
+    kw = ropepool.hf_rope_kwargs(family("chatglm", kv_channels=128, rope_ratio=500))
+    assert kw["is_neox"] is False and kw["rotary_dim"] == 64
+    assert kw["inv_freq"][1] == np.float32(1.0 / np.float32(5e6 ** np.float32(2 / 64)))
+
+
+@pytest.mark.parametrize("interleave, is_neox", [(None, False), (True, False), (False, True)])
+def test_deepseek_v3_style_follows_rope_interleave(ropepool, interleave, is_neox):
+    config = family("deepseek_v3", qk_rope_head_dim=64)
+    if interleave is not None:
+        config["rope_interleave"] = interleave
+    kw = ropepool.hf_rope_kwargs(config)
+    assert kw["is_neox"] is is_neox and kw["rotary_dim"] == 64
+
+
+def test_gemma3_kwargs_need_the_layer_type(ropepool):
+    gemma3 = fixture_config("gemma3-4b")
+    full = ropepool.hf_rope_kwargs(gemma3, layer_type="full_attention")
+    local = ropepool.hf_rope_kwargs(gemma3, layer_type="sliding_attention")
+    assert full["is_neox"] and local["rotary_dim"] == full["rotary_dim"] == 256
+    assert full["inv_freq"][0] == 1.0 / 8 and local["inv_freq"][0] == 1.0
+
+
+def test_mrope_keywords_follow_transformers_qwen_vl_code(ropepool):
+    kw = ropepool.hf_rope_kwargs(fixture_config("qwen2-vl-7b"))
+    assert kw["mrope_section"] == [16, 24, 24] and kw["mrope_interleaved"] is False
+    kw = ropepool.hf_rope_kwargs(fixture_config("qwen3-vl-8b"))
+    assert kw["mrope_section"] == [24, 20, 20] and kw["mrope_interleaved"] is True
+    assert kw["rotary_dim"] == 128 and kw["inv_freq"][1] == np.float32(1 / np.float32(5e6 ** np.float32(2 / 128)))
+    # Without a section, transformers' defaults (and Qwen3-VL always interleaves).
+    assert ropepool.hf_rope_kwargs(family("qwen2_5_vl"))["mrope_section"] == [16, 24, 24]
+    assert ropepool.hf_rope_kwargs(family("qwen3_vl_text"))["mrope_interleaved"] is True
+    assert "mrope_section" not in ropepool.hf_rope_kwargs(family("qwen2"))
+
+
+def test_deepseek_kwargs_are_mla_rope_part_with_yarn(ropepool):
+    kw = ropepool.hf_rope_kwargs(fixture_config("deepseek-v3"))
+    assert kw["rotary_dim"] == 64 and kw["is_neox"] is False and kw["attention_scaling"] == 1.0
+    kw = ropepool.hf_rope_kwargs(fixture_config("deepseek-v2-lite-mscale"))
+    assert kw["attention_scaling"] == pytest.approx(0.1 * math.log(40) + 1)
+
+
+@pytest.mark.parametrize("config", [family("my_new_model"), dict(hidden_size=64, num_attention_heads=1)])
+def test_unknown_model_type_says_to_pass_is_neox(ropepool, config):
+    with pytest.raises(ropepool.RopePoolError, match="pass is_neox explicitly"):
+        ropepool.hf_rope_kwargs(config)
+
+
+# ---- rotating with the kwargs: parity with transformers' own apply_rotary_pos_emb ----------------
+
+ROTATIONS = np.load(FIXTURES / "hf_rope_rotations.npz")
+ROTATION_CONFIGS = {r["name"]: r["config"] for r in RECORD["rotations"]}
+
+
+def pair_partner(R, D, is_neox):
+    """For each dim, the other member of its rotated pair (itself past R), and its pair index."""
+    d = np.arange(D)
+    if is_neox:
+        partner = np.where(d < R // 2, d + R // 2, d - R // 2)
+        pair = np.where(d < R // 2, d, d - R // 2)
+    else:
+        partner, pair = d ^ 1, d // 2
+    return np.where(d < R, partner, d), np.where(d < R, pair, 0)
+
+
+@pytest.mark.parametrize("name", sorted(ROTATION_CONFIGS))
+def test_rotation_with_kwargs_matches_transformers(ropepool, name):
+    config = ROTATION_CONFIGS[name]
+    kw = ropepool.hf_rope_kwargs(config, seq_len=int(ROTATIONS[f"{name}/positions"].max()) + 1)
+    positions = ROTATIONS[f"{name}/positions"]
+    q, k = ROTATIONS[f"{name}/q"], ROTATIONS[f"{name}/k"]
+    T, Hq, D = q.shape
+    Hk = k.shape[1]
+    k_pool, v_pool = np.zeros((T, Hk, D), np.float32), np.zeros((T, Hk, D), np.float32)
+    q_rot, k_rot, k_pool, _ = ropepool.rope_pool_fused(
+        q, k, k, positions, np.arange(T), k_pool, v_pool, head_dim=D, num_qo_heads=Hq, num_kv_heads=Hk,
+        rope_base=10000.0, **kw)
+    assert np.array_equal(k_pool, k_rot)
+    R, is_neox, s = kw["rotary_dim"], kw["is_neox"], kw["attention_scaling"]
+    want_q, want_k = ROTATIONS[f"{name}/q_rot"], ROTATIONS[f"{name}/k_rot"]
+    if config.get("model_type") == "deepseek_v3" and not is_neox:
+        # transformers' DeepSeek code writes the rotated pairs de-interleaved: (2j, 2j+1) -> (j, j+R/2).
+        order = np.concatenate([np.arange(0, R, 2), np.arange(1, R, 2), np.arange(R, D)])
+        q_rot, k_rot = q_rot[..., order], k_rot[..., order]
+        q, k = q[..., order], k[..., order]
+        is_neox = True
+    partner, pair = pair_partner(R, D, is_neox)
+    # transformers forms angle = float32(position * f) and cos, sin, their products and sums in
+    # float32: each rounding is 2^-24 relative, the angle's grows with the angle itself.
+    angle = (positions.max(axis=0) if positions.ndim == 2 else positions)[:, None, None] * kw["inv_freq"][pair]
+    for got, want, x in ((q_rot, want_q, q), (k_rot, want_k, k)):
+        mag = np.abs(x) + np.abs(x[..., partner])
+        bound = 2.0 ** -24 * (max(s, 1.0) * mag * (np.abs(angle) + 8) + np.abs(want))
+        bound[..., R:] = 0  # passed-through dims are copied bit for bit
+        err = np.abs(got.astype(np.float64) - want)
+        assert np.all(err <= bound), f"{name}: worst error {(err - bound).max():.3g} over its bound"
+
+
+def test_readme_serving_example_runs_as_written(ropepool):
+    import re
+
+    text = (pathlib.Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    setup, serving = (re.search(r"```python\n(.*?)```", text[text.index(heading):], re.S).group(1)
+                      for heading in ("\n## Python", "\n### Serving a Llama-3.1 and a GPT-J model"))
+    namespace = {}
+    try:
+        exec(compile(setup + serving, "README.md (serving)", "exec"), namespace)
+    except ropepool.RopePoolError as error:
+        if error.status != "RP_ERR_UNSUPPORTED":
+            raise
+        pytest.skip(f"this build cannot serve the variants yet: {error}")
+    assert np.array_equal(namespace["k_pool"][namespace["slots"]], namespace["k_rot"])
+    assert np.array_equal(namespace["gq_rot"][..., 64:], namespace["gq"][..., 64:])  # passed through
+    assert not np.array_equal(namespace["gq_rot"][1:, :, :64], namespace["gq"][1:, :, :64])

@@ -1,0 +1,295 @@
+"""ropepool.mlx: the seed's call on mx.arrays, lazy, pools shared, against the float64 formula.
+
+Each result is checked as the contract states it: q_rot and k_rot within ulp(dtype) + 8 * 2^-24 *
+s * (|x_a| + |x_b|) of the formula in float64, pool rows slots[t] bit-equal to k_rot[t] and v[t],
+every other row and every input unchanged. The variant keywords run when this build's library
+implements them (the lead's merge of the variants work); until then those tests skip saying so.
+"""
+
+import inspect
+import math
+import types
+
+import numpy as np
+import pytest
+
+import helpers
+from helpers import Problem, assert_within_bound
+
+mx = pytest.importorskip("mlx.core", reason="mlx is not installed (pip install -r python/requirements-test.txt)")
+import ropepool  # noqa: E402
+import ropepool.mlx  # noqa: E402  (mlx is installed: the extension must be there too)
+
+import test_seed_errors  # noqa: E402
+
+DTYPES = ["float32", "float16", "bfloat16"]
+BASE = helpers.SEED_CALL["rope_base"]
+
+
+@pytest.fixture
+def mlx_fw():
+    return helpers.make_framework("mlx")
+
+
+def rope64(x, positions, freqs=None, is_neox=True, scaling=1.0):
+    """helpers.rotate_general, with the seed's frequencies over the whole head by default."""
+    freqs = helpers.default_inv_freq(BASE, x.shape[-1]) if freqs is None else freqs
+    return helpers.rotate_general(x, positions, freqs, is_neox, scaling)
+
+
+def check(p, before, result, freqs=None, is_neox=True, scaling=1.0):
+    """Everything a successful call promises (see the module docstring); `before` is p.snapshot()."""
+    fw = p.fw
+    freqs = helpers.default_inv_freq(BASE, p.D) if freqs is None else freqs
+    R = 2 * len(freqs)
+    q_rot, k_rot, k_pool, v_pool = result
+    for out, like in ((q_rot, p.q), (k_rot, p.k), (k_pool, p.k_pool), (v_pool, p.v_pool)):
+        assert fw.is_array(out) and out.shape == like.shape and out.dtype == like.dtype
+    for name, old, x in zip(helpers.ARG_NAMES[:5], before[:5], p.arrays()[:5]):
+        assert np.array_equal(old, fw.bits(x)), f"the call changed its input {name}"
+    positions = fw.f64(p.positions).astype(np.int64)
+    for name, out, x in (("q_rot", q_rot, p.q), ("k_rot", k_rot, p.k)):
+        x64 = fw.f64(x)
+        want, mag = rope64(x64, positions, freqs, is_neox, scaling)
+        assert_within_bound(name, fw.f64(out), want, mag, p.dtype)
+        assert np.array_equal(fw.bits(out)[..., R:], fw.bits(x)[..., R:]), f"{name} pass-through dims changed"
+    slots = fw.f64(p.slots).astype(np.int64)
+    for name, pool, old, rows in (("k_pool", k_pool, before[5], fw.bits(k_rot)), ("v_pool", v_pool, before[6], fw.bits(p.v))):
+        expected = old.copy()
+        for t, slot in enumerate(slots):
+            if slot >= 0:
+                expected[slot] = rows[t]
+        assert np.array_equal(fw.bits(pool), expected), f"{name} rows differ from the contract"
+
+
+def call(p, *arrays, **overrides):
+    return p.call(ropepool.mlx, *arrays, **overrides)
+
+
+# ---- the seed's call ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("T, Hq, Hk, D, P", [(1, 32, 8, 128, 64), (6, 8, 2, 64, 16), (33, 4, 4, 256, 40)])
+def test_results_match_the_float64_formula(mlx_fw, dtype, T, Hq, Hk, D, P):
+    p = Problem(mlx_fw, T=T, Hq=Hq, Hk=Hk, D=D, P=P, dtype=dtype)
+    before = p.snapshot()
+    result = call(p)
+    mx.eval(*result)
+    check(p, before, result)
+
+
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+def test_negative_slots_skip_their_write_and_int64_indices_work(mlx_fw, index_dtype):
+    p = Problem(mlx_fw, T=5, P=8, index_dtype=index_dtype, slots=[3, -1, 0, -7, 5],
+                positions=[0, 1, 2**31 - 1, 9, 70000])
+    before = p.snapshot()
+    result = call(p)
+    check(p, before, result)
+
+
+def test_strided_views_of_a_fused_qkv_projection_are_read_in_place(mlx_fw):
+    p = Problem(mlx_fw, T=7, dtype="float16")
+    p.q, p.k, p.v = helpers.split_qkv(p, helpers.fused_qkv(p))
+    before = p.snapshot()
+    check(p, before, call(p))
+
+
+def test_sglang_decode_loop_rebinding_the_pools(mlx_fw):
+    """Two sequences decode 12 steps, one token each per step: call, rebind the returned pools,
+    and at the end read every step's rows back from the last pools."""
+    fw, Hq, Hk, D, P, steps = mlx_fw, 8, 2, 64, 64, 12
+    start = Problem(fw, T=0, Hq=Hq, Hk=Hk, D=D, P=P, dtype="bfloat16", seed=5)
+    k_pool, v_pool = start.k_pool, start.v_pool
+    initial_k, initial_v = fw.bits(k_pool), fw.bits(v_pool)
+    written = {}
+    for step in range(steps):
+        positions, slots = [100 + step, step], [step, 32 + step]
+        p = Problem(fw, T=2, Hq=Hq, Hk=Hk, D=D, P=P, dtype="bfloat16", positions=positions, slots=slots, seed=step)
+        q_rot, k_rot, k_pool, v_pool = p.call(ropepool.mlx, p.q, p.k, p.v, p.positions, p.slots, k_pool, v_pool)
+        want_q, mag = rope64(fw.f64(p.q), np.array(positions))
+        assert_within_bound(f"q_rot of step {step}", fw.f64(q_rot), want_q, mag, "bfloat16")
+        for t, slot in enumerate(slots):
+            written[slot] = (fw.f64(p.k)[t], positions[t], fw.bits(p.v)[t])
+    k_rows, v_rows = fw.bits(k_pool), fw.bits(v_pool)
+    k64 = fw.f64(k_pool)
+    for slot in range(P):
+        if slot not in written:
+            assert np.array_equal(k_rows[slot], initial_k[slot]) and np.array_equal(v_rows[slot], initial_v[slot])
+            continue
+        k, position, v_bits = written[slot]
+        want, mag = rope64(k[None], np.array([position]))
+        assert_within_bound(f"k_pool[{slot}]", k64[slot][None], want, mag, "bfloat16")
+        assert np.array_equal(v_rows[slot], v_bits), f"v_pool[{slot}]"
+
+
+def test_results_are_lazy_and_compose_with_a_larger_graph(mlx_fw):
+    p = Problem(mlx_fw, T=4, P=12, slots=[2, 7, -1, 11])
+    before = p.snapshot()
+    q_in = p.q * 1.0  # an unevaluated input: computed in the same evaluation
+    q_rot, k_rot, k_pool, v_pool = call(p, q_in)
+    # Nothing ran yet: the pools the call was given are as they were.
+    assert np.array_equal(mlx_fw.bits(p.k_pool), before[5])
+    slots = mx.array([2, 7, 11])
+    scores = (q_rot[:, :2] * 0.5).sum() + (k_pool[slots] * v_pool[slots]).sum()
+    mx.eval(scores)
+    want_q, _ = rope64(mlx_fw.f64(p.q), mlx_fw.f64(p.positions))
+    want_k, _ = rope64(mlx_fw.f64(p.k), mlx_fw.f64(p.positions))
+    v64 = mlx_fw.f64(p.v)
+    want = (want_q[:, :2] * 0.5).sum() + sum((want_k[t] * v64[t]).sum() for t in (0, 1, 3))
+    assert math.isclose(scores.item(), want, rel_tol=1e-5, abs_tol=1e-3)
+    check(p, before, (q_rot, k_rot, k_pool, v_pool))
+
+
+def test_an_explicit_cpu_stream_or_device_is_used(mlx_fw):
+    for stream in (mx.cpu, mx.new_stream(mx.cpu)):
+        p = Problem(mlx_fw)
+        before = p.snapshot()
+        check(p, before, call(p, stream=stream))
+
+
+@pytest.mark.skipif(not mx.is_available(mx.gpu), reason="no MLX GPU on this machine (Apple silicon or mlx-cuda)")
+def test_a_gpu_default_stream_runs_on_the_cpu_stream(mlx_fw):
+    with mx.stream(mx.gpu):
+        p = Problem(mlx_fw)
+        before = p.snapshot()
+        check(p, before, call(p, p.q * 1.0))
+
+
+# ---- no pool copy, ever ------------------------------------------------------------------------
+
+
+def test_the_pools_are_shared_never_copied(mlx_fw):
+    """New pools are the old pools' buffers (NumPy views of both start at one address), and a call
+    on 2 x 32 MiB pools raises MLX's peak memory by far less than one pool."""
+    p = Problem(mlx_fw, T=4, Hq=32, Hk=8, D=128, P=16, dtype="float16")
+    P = 16384
+    p.k_pool = mx.zeros((P, 8, 128), dtype=mx.float16)
+    p.v_pool = mx.ones((P, 8, 128), dtype=mx.float16)
+    mx.eval(*p.arrays())
+    mx.reset_peak_memory()
+    active = mx.get_active_memory()
+    result = call(p)
+    mx.eval(*result)
+    pool_bytes = P * 8 * 128 * 2
+    assert mx.get_peak_memory() - active < pool_bytes // 16, "the call allocated pool-sized memory"
+    for new, old in ((result[2], p.k_pool), (result[3], p.v_pool)):
+        assert np.asarray(new).__array_interface__["data"][0] == np.asarray(old).__array_interface__["data"][0]
+    # The rows went into the buffers the caller passed, as the seed's kernel writes them.
+    slots = np.asarray(p.slots)
+    assert np.array_equal(mlx_fw.bits(p.k_pool)[slots], mlx_fw.bits(result[1]))
+    assert np.array_equal(mlx_fw.bits(p.v_pool)[slots], mlx_fw.bits(p.v))
+
+
+# ---- refusals ------------------------------------------------------------------------------------
+
+MLX_ROPEPOOL = types.SimpleNamespace(rope_pool_fused=ropepool.mlx.rope_pool_fused, RopePoolError=ropepool.RopePoolError)
+SEED_TESTS = sorted(name for name in dir(test_seed_errors) if name.startswith("test_"))
+
+
+@pytest.mark.parametrize("name", SEED_TESTS)
+def test_every_seed_error_is_raised_at_the_call_with_its_text(mlx_fw, name):
+    """test_seed_errors.py, each case on mx.arrays: the same exact texts, in the same order."""
+    test = getattr(test_seed_errors, name)
+    extra = [param for param in inspect.signature(test).parameters if param not in ("ropepool", "fw")]
+    for T in ([0, 1] if extra == ["T"] else [None]):
+        test(MLX_ROPEPOOL, mlx_fw, *([] if T is None else [T]))
+
+
+@pytest.mark.parametrize("slots, message, status", [
+    ([0, 3, 16, 1, 2, 4], "slot 16 of token 2 is out of range for a pool of 16 slots (valid: 0 <= slot < 16; "
+                          "negative skips the write)", "RP_ERR_SLOT_OUT_OF_RANGE"),
+    ([5, 9, 1, 9, 2, 3], "slot 9 is used by tokens 1 and 3: each slot may be written once per call",
+     "RP_ERR_DUPLICATE_SLOT"),
+])
+def test_a_bad_slot_is_refused_when_the_result_is_evaluated(mlx_fw, slots, message, status):
+    p = Problem(mlx_fw, slots=slots)
+    before = p.snapshot()
+    lazy_slots = p.slots + 0  # computed in the evaluation that meets it
+    result = call(p, *p.arrays()[:4], lazy_slots)  # no error yet: slot values are data
+    with pytest.raises(ropepool.RopePoolError) as info:
+        mx.eval(result[0].sum() + result[2].sum())
+    assert isinstance(info.value, ValueError) and str(info.value) == message and info.value.status == status
+    helpers.assert_unchanged(p, before, what="an evaluation that failed")
+    # The stream is not poisoned: the next call evaluates.
+    p.slots = mlx_fw.index([0, 1, 2, 3, 4, 5])
+    before = p.snapshot()
+    check(p, before, call(p))
+
+
+def test_mlx_only_refusals_name_the_keyword(mlx_fw):
+    p = Problem(mlx_fw)
+    before = p.snapshot()
+    cases = [
+        (dict(kv_layout="nhd"), "kv_layout must be 'flat' on MLX arrays (ropepool.mlx serves the seed's "
+                                "[pool_size, num_kv_heads, head_dim] pools only), got 'nhd'"),
+        (dict(q_out=p.q), "q_out/k_out are not supported on MLX arrays, which are immutable: use the "
+                          "returned q_rot and k_rot"),
+        (dict(kv_cache_dtype="int4"), "kv_cache_dtype must be one of 'auto', 'fp8_e4m3' (or vLLM's 'fp8') or "
+                                      "'fp8_e5m2', got 'int4'"),
+        (dict(kv_cache_dtype="fp8"), "kv_cache_dtype='fp8' needs fp8 pools (uint8 on MLX), got k_pool float32"),
+        (dict(is_neox="yes"), "is_neox must be True (NeoX rotate-half) or False (GPT-J interleaved), got 'yes'"),
+        (dict(inv_freq=np.ones(31)), "inv_freq must be 1-D with rotary_dim/2 = 32 entries, got shape (31,)"),
+        (dict(inv_freq=mx.arange(32)), "inv_freq must hold float32 or float64 values, got dtype int32"),
+        (dict(rotary_dim=33), "rotary_dim must be even, got 33"),
+        (dict(rotary_dim=66, inv_freq=np.ones(3)), "rotary_dim 66 is larger than head_dim 64"),
+        (dict(rotary_dim=0), "rotary_dim must be >= 2 (None = head_dim), got 0"),
+        (dict(v_head_dim=0), "v_head_dim must be positive (None = head_dim), got 0"),
+        (dict(attention_scaling=0), "attention_scaling must be positive and finite (default 1.0), got 0.0"),
+        (dict(threads=0), "threads must be >= 1 (None = ROPEPOOL_NUM_THREADS), got 0"),
+        (dict(k_scale=0), "k_scale must be a positive finite number (default 1.0), got 0.0"),
+        (dict(v_scale=-0.0), "v_scale must be a positive finite number (default 1.0), got -0.0"),
+        (dict(k_scale=float("inf")), "k_scale must be a positive finite number (default 1.0), got inf"),
+        # the table is read whatever integer type head_dim has (it was dropped for NumPy's)
+        (dict(head_dim=np.int64(64), inv_freq=np.full(32, np.nan)), "inv_freq[0] must be finite and >= 0, got nan"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(ropepool.RopePoolError, match=None) as info:
+            call(p, **kwargs)
+        assert str(info.value) == message
+    helpers.assert_unchanged(p, before)
+
+
+def test_numpy_arrays_are_refused_with_their_type(mlx_fw):
+    p = Problem(mlx_fw)
+    with pytest.raises(TypeError):
+        call(p, np.asarray(p.q))
+
+
+# ---- the variant keywords (GPT-J, partial, caller frequencies, attention scaling) -----------------
+
+VARIANTS = {
+    "gptj": dict(is_neox=False),
+    "partial": dict(rotary_dim=32),
+    "gptj-partial": dict(is_neox=False, rotary_dim=16),
+    "inv_freq": dict(inv_freq=np.concatenate([helpers.inv_freq(10000.0, 64)[:28], np.zeros(4)]).astype(np.float32)),
+    "attention_scaling": dict(attention_scaling=1.25),
+    "everything": dict(is_neox=False, rotary_dim=48, attention_scaling=0.75,
+                       inv_freq=mx.array(helpers.inv_freq(1e6, 48).astype(np.float32))),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_variant_keywords_match_the_float64_formula(mlx_fw, variant, dtype):
+    kwargs = VARIANTS[variant]
+    p = Problem(mlx_fw, T=5, dtype=dtype)
+    before = p.snapshot()
+    try:
+        result = call(p, **kwargs)
+    except ropepool.RopePoolError as error:
+        if error.status != "RP_ERR_UNSUPPORTED":
+            raise
+        pytest.skip(f"this build's libropepool does not implement the variant yet: {error}")
+    R = kwargs.get("rotary_dim", p.D)
+    freqs = kwargs.get("inv_freq")
+    freqs = helpers.default_inv_freq(BASE, R) if freqs is None else np.asarray(freqs).astype(np.float64)
+    check(p, before, result, freqs=freqs, is_neox=kwargs.get("is_neox", True),
+          scaling=kwargs.get("attention_scaling", 1.0))
+
+
+def test_the_call_traces_under_mx_compile(mlx_fw):
+    p = Problem(mlx_fw, T=3)
+    before = p.snapshot()
+    step = mx.compile(lambda *arrays: ropepool.mlx.rope_pool_fused(*arrays, **p.kwargs()))
+    check(p, before, step(*p.arrays()))

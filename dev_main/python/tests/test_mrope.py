@@ -1,0 +1,200 @@
+"""Multimodal RoPE end to end: mrope_section (Qwen2-VL / Qwen2.5-VL chunks) and mrope_interleaved
+(Qwen3-VL) on NumPy, torch and torch CUDA arrays, positions [3, T] of any strides and int dtype;
+checked against the float64 formula with each frequency's own position row, text tokens (three
+equal rows) bit-identical to the plain call on every pool format, every bad value refused naming
+the argument and the value with nothing written; the torch operator and ropepool.mlx take it too."""
+
+import numpy as np
+import pytest
+
+from helpers import Problem, assert_within_bound, default_inv_freq, expect_refusal, rotate_general
+
+
+def expected_row(section, interleaved, j):
+    """The issue's rules, written out apart from the library's."""
+    t, h, w = section
+    if interleaved:
+        return 1 if j % 3 == 1 and j < 3 * h else 2 if j % 3 == 2 and j < 3 * w else 0
+    return 0 if j < t else 1 if j < t + h else 2
+
+
+def image_rows(T, base=7000, columns=5):
+    """Positions [3, T] of an image: t constant, h and w walking a grid of `columns` columns."""
+    i = np.arange(T)
+    return np.stack([np.full(T, base), base + i // columns, base + i % columns])
+
+
+def rotate_mrope(x, rows, freqs, section, interleaved, is_neox, attention_scaling=1.0):
+    """rotate_general with frequency j at position row expected_row(j): each row's rotation, kept
+    on the pairs whose frequency takes that row."""
+    half = len(freqs)
+    y, mag = rotate_general(x, rows[0], freqs, is_neox, attention_scaling)
+    for r in (1, 2):
+        yr, mr = rotate_general(x, rows[r], freqs, is_neox, attention_scaling)
+        for j in range(half):
+            if expected_row(section, interleaved, j) == r:
+                dims = [2 * j, 2 * j + 1] if not is_neox else [j, j + half]
+                y[..., dims], mag[..., dims] = yr[..., dims], mr[..., dims]
+    return y, mag
+
+
+def positions_of(fw, rows, dtype, layout):
+    """rows [3, T] as fw's index array: contiguous, or a transposed view of [T, 3] memory."""
+    if layout == "contiguous":
+        return fw.index(rows, dtype)
+    return fw.index(np.ascontiguousarray(rows.T), dtype).T
+
+
+CASES = [  # (section, interleaved, rotary_dim) for head_dim 128
+    ((16, 24, 24), False, None),  # Qwen2-VL / Qwen2.5-VL
+    ((24, 20, 20), True, None),   # Qwen3-VL
+    ((32, 0, 32), False, None),   # empty h
+    ((40, 24, 0), True, None),    # empty w
+    ((8, 12, 12), False, 64),     # partial rotary
+    ((12, 10, 10), True, 64),
+]
+
+
+@pytest.mark.parametrize("section, interleaved, rotary_dim", CASES)
+@pytest.mark.parametrize("is_neox", [True, False])
+@pytest.mark.parametrize("index_dtype, layout", [("int32", "contiguous"), ("int64", "transposed")])
+def test_each_frequency_takes_its_row(ropepool, fw, section, interleaved, rotary_dim, is_neox, index_dtype, layout):
+    p = Problem(fw, T=12, Hq=4, Hk=2, D=128, P=16)
+    rows = image_rows(p.T) + np.array([[0], [3], [11]])  # three distinct rows
+    R = rotary_dim or p.D
+    rng = np.random.default_rng(1)
+    freqs = default_inv_freq(1e6, R) * rng.uniform(0.5, 1.0, R // 2)  # a caller's table
+    s = 1.25
+    before = p.snapshot()
+    positions = positions_of(fw, rows, index_dtype, layout)
+    q_rot, k_rot, k_pool, v_pool = ropepool.rope_pool_fused(
+        p.q, p.k, p.v, positions, p.slots, p.k_pool, p.v_pool, **p.kwargs(
+            rotary_dim=rotary_dim, is_neox=is_neox, inv_freq=freqs, attention_scaling=s,
+            mrope_section=list(section), mrope_interleaved=interleaved))
+    getattr(fw, "sync", lambda: None)()
+    for name, out, x in (("q_rot", q_rot, p.q), ("k_rot", k_rot, p.k)):
+        want, mag = rotate_mrope(fw.f64(x), rows, freqs, section, interleaved, is_neox, s)
+        assert_within_bound(name, fw.f64(out), want, mag, p.dtype)
+        assert np.array_equal(fw.bits(out)[..., R:], fw.bits(x)[..., R:])
+    slots = fw.f64(p.slots).astype(np.int64)
+    want_k = before[5].copy()
+    want_k[slots] = fw.bits(k_rot)
+    assert np.array_equal(fw.bits(k_pool), want_k)
+
+
+def plain_and_mrope(ropepool, fw, make_pools, section, interleaved, positions_rows, **kw):
+    """The same problem twice: the plain call and mRoPE with the three given rows."""
+    out = []
+    for mrope in (False, True):
+        p = Problem(fw, T=9, Hq=4, Hk=2, D=128, P=32, dtype="bfloat16" if fw.name != "numpy" else "float32")
+        pools = make_pools(p)
+        extra = dict(mrope_section=section, mrope_interleaved=interleaved) if mrope else {}
+        positions = positions_rows(p) if mrope else p.positions
+        q_rot, k_rot, k_pool, v_pool = ropepool.rope_pool_fused(
+            p.q, p.k, p.v, positions, p.slots, *pools, **p.kwargs(**kw, **extra))
+        out.append([fw.bits(x) for x in (q_rot, k_rot, k_pool, v_pool)])
+    return out
+
+
+@pytest.mark.parametrize("section, interleaved", [((16, 24, 24), False), ((24, 20, 20), True)])
+@pytest.mark.parametrize("pools", ["flat", "NHD", "fp8"])
+def test_text_tokens_equal_the_plain_call_bit_for_bit(ropepool, fw, section, interleaved, pools):
+    def make_pools(p):
+        if pools == "NHD":  # 32 slots as 8 blocks of 4 rows
+            return p.k_pool.reshape(8, 4, p.Hk, p.D), p.v_pool.reshape(8, 4, p.Hk, p.D)
+        if pools == "fp8":
+            if fw.name == "numpy":
+                return np.zeros((p.P, p.Hk, p.D), np.uint8), np.zeros((p.P, p.Hk, p.D), np.uint8)
+            zeros = fw.torch.zeros((p.P, p.Hk, p.D), dtype=fw.torch.uint8, device=fw.device)
+            return zeros, zeros.clone()
+        return p.k_pool, p.v_pool
+
+    def equal_rows(p):  # one row seen three times: a stride-0 view
+        if fw.name == "numpy":
+            return np.broadcast_to(p.positions, (3, p.T))
+        return p.positions.expand(3, p.T)
+
+    kw = {"kv_layout": "NHD"} if pools == "NHD" else {"kv_cache_dtype": "fp8_e4m3", "k_scale": 0.5} if pools == "fp8" else {}
+    plain, mrope = plain_and_mrope(ropepool, fw, make_pools, list(section), interleaved, equal_rows, **kw)
+    for name, a, b in zip(("q_rot", "k_rot", "k_pool", "v_pool"), plain, mrope):
+        assert np.array_equal(a, b), f"{name} differs from the plain call"
+
+
+def refusal(ropepool, fw, message, positions=None, **kw):
+    p = Problem(fw)  # T 6, D 64: rotary_dim / 2 = 32
+    args = p.arrays()
+    if positions is not None:
+        args[3] = fw.index(positions)
+    expect_refusal(ropepool, fw, args, p.kwargs(**kw), message)
+
+
+ROWS = image_rows(6)
+
+
+@pytest.mark.parametrize("positions, kw, message", [
+    (ROWS, dict(mrope_section=[10, 10, 10]),
+     "mrope_section [10, 10, 10] sums to 30, but must sum to rotary_dim / 2 = 32"),
+    (ROWS, dict(mrope_section=(16, 8, 8), rotary_dim=32),
+     "mrope_section [16, 8, 8] sums to 32, but must sum to rotary_dim / 2 = 16"),
+    (ROWS, dict(mrope_section=[-1, 17, 16]),
+     "mrope_section [-1, 17, 16] must be three non-negative counts of frequencies (t, h, w)"),
+    (ROWS, dict(mrope_section=[16, 16]),
+     "mrope_section must be three ints [t, h, w] summing to rotary_dim / 2, got [16, 16]"),
+    (ROWS, dict(mrope_section="abc"),
+     "mrope_section must be three ints [t, h, w] summing to rotary_dim / 2, got 'abc'"),
+    (ROWS, dict(mrope_section=[0, 0, 0]),
+     "mrope_section [0, 0, 0] sums to 0, but must sum to rotary_dim / 2 = 32 (None = no mRoPE)"),
+    (None, dict(mrope_section=[16, 8, 8]),
+     "mrope_section [16, 8, 8] is set, so positions must be 2-D [3, num_tokens] (rows t, h, w), "
+     "got 1-D positions (6,)"),
+    (ROWS[:2], dict(mrope_section=[16, 8, 8]),
+     "mrope_section is set, so positions must be [3, num_tokens] = (3, 6) (rows t, h, w), got (2, 6)"),
+    (ROWS, {}, "rope_pool_fused expects positions/slots to be 1-D"),
+    (None, dict(mrope_interleaved=True),
+     "mrope_interleaved is set but mrope_section is not: interleaving needs the section [t, h, w]"),
+    (ROWS, dict(mrope_section=[16, 8, 8], mrope_interleaved=1),
+     "mrope_interleaved must be True (Qwen3-VL's interleaved rule) or False, got 1"),
+])
+def test_bad_sections_and_positions_are_refused(ropepool, fw, positions, kw, message):
+    refusal(ropepool, fw, message, positions, **kw)
+
+
+def test_torch_operator_takes_the_section(ropepool):
+    torch = pytest.importorskip("torch")
+    import ropepool.torch_op as op
+
+    p = Problem(__import__("helpers").make_framework("torch"), T=8, Hq=4, Hk=2, D=128, P=16)
+    rows = torch.from_numpy(image_rows(p.T))
+    kw = p.kwargs(mrope_section=[24, 20, 20], mrope_interleaved=True)
+    direct = ropepool.rope_pool_fused(p.q, p.k, p.v, rows, p.slots, p.k_pool.clone(), p.v_pool.clone(), **kw)
+    via_op = op.call_op(p.q, p.k, p.v, rows, p.slots, p.k_pool.clone(), p.v_pool.clone(), **kw)
+    for a, b in zip(direct, via_op):
+        assert torch.equal(a, b)
+    torch.library.opcheck(torch.ops.ropepool.rope_pool_fused.default,
+                          (p.q, p.k, p.v, rows, p.slots, p.k_pool.clone(), p.v_pool.clone()),
+                          dict(kw, mrope_section=[24, 20, 20]))
+    with pytest.raises(ropepool.RopePoolError, match="sums to 30"):
+        torch.ops.ropepool.rope_pool_fused(p.q, p.k, p.v, rows, p.slots, p.k_pool, p.v_pool,
+                                           **p.kwargs(mrope_section=[10, 10, 10]))
+
+
+def test_mlx_takes_the_section(ropepool):
+    mx = pytest.importorskip("mlx.core")
+    try:
+        import ropepool.mlx as rmx
+    except ImportError as error:
+        pytest.skip(f"ropepool.mlx is not available: {error}")
+    from helpers import MlxFramework
+
+    fw = MlxFramework()
+    p = Problem(fw, T=8, Hq=4, Hk=2, D=128, P=16)
+    rows = image_rows(p.T)
+    q_rot, k_rot, _, _ = rmx.rope_pool_fused(p.q, p.k, p.v, mx.array(rows), p.slots, p.k_pool, p.v_pool,
+                                             **p.kwargs(mrope_section=[16, 24, 24]))
+    np_rot = ropepool.rope_pool_fused(np.asarray(p.q), np.asarray(p.k), np.asarray(p.v), rows,
+                                      np.asarray(p.slots), np.asarray(p.k_pool).copy(),
+                                      np.asarray(p.v_pool).copy(), **p.kwargs(mrope_section=[16, 24, 24]))
+    assert np.array_equal(np.asarray(q_rot), np_rot[0]) and np.array_equal(np.asarray(k_rot), np_rot[1])
+    with pytest.raises(ropepool.RopePoolError, match="must be 2-D"):
+        rmx.rope_pool_fused(p.q, p.k, p.v, p.positions, p.slots, p.k_pool, p.v_pool,
+                            **p.kwargs(mrope_section=[16, 24, 24]))

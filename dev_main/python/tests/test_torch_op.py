@@ -1,0 +1,279 @@
+"""torch.ops.ropepool.rope_pool_fused: the operator torch.compile traces and CUDA graphs capture.
+
+The operator forwards to the direct binding, so its results must be the binding's bit for bit (and
+the binding's are checked against the float64 reference here too); what is specific to it is
+checked here: opcheck (schema, fake kernel, autograd registration, AOT dispatch), tracing
+ropepool.rope_pool_fused with fullgraph=True, no pool-sized copy in the compiled code, and CUDA
+graph capture and replay (marked cuda, skipped without a GPU).
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers import Problem, check_call
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
+VARIANT = dict(is_neox=False, rotary_dim=32, attention_scaling=1.25)
+
+
+@pytest.fixture(params=DEVICES)
+def device(request, ropepool):
+    if request.param == "cuda" and not (torch.cuda.is_available() and ropepool.has_cuda()):
+        pytest.skip("needs a GPU and ropepool's CUDA backend")
+    return request.param
+
+
+def problem(device, **kw):
+    from helpers import make_framework
+
+    return Problem(make_framework("torch-cuda" if device == "cuda" else "torch"), **kw)
+
+
+def variant_kwargs(p):
+    """A scaled, partial, GPT-J-style call with the caller's frequencies (float64 on the host)."""
+    inv_freq = torch.linspace(1.0, 1e-4, VARIANT["rotary_dim"] // 2, dtype=torch.float64)
+    return p.kwargs(**VARIANT, inv_freq=inv_freq)
+
+
+def clone_all(arrays):
+    return [x.clone() for x in arrays]
+
+
+def assert_same(got, want):
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape and g.stride() == w.stride()
+        assert torch.equal(g, w)
+
+
+def test_operator_schema_has_the_seed_arguments_and_every_extension_keyword(ropepool):
+    from ropepool import torch_op
+
+    schema = torch.ops.ropepool.rope_pool_fused.default._schema
+    names = [a.name for a in schema.arguments]
+    assert names[:7] == ["q", "k", "v", "positions", "slots", "k_pool", "v_pool"]
+    assert set(names[7:]) == {"head_dim", "num_qo_heads", "num_kv_heads", "rope_base", "threads", "checked",
+                              "is_neox", "rotary_dim", "inv_freq", "attention_scaling", "kv_layout",
+                              "kv_cache_dtype", "k_scale", "v_scale", "v_head_dim", "mrope_section",
+                              "mrope_interleaved", "q_norm_weight", "k_norm_weight", "norm_eps",
+                              "norm_weight_offset"}
+    mutated = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    assert mutated == ["k_pool", "v_pool"]
+    assert all(r.alias_info is None for r in schema.returns)  # fresh q_rot and k_rot
+    out = torch.ops.ropepool.rope_pool_fused.out._schema
+    assert [a.name for a in out.arguments if a.alias_info is not None and a.alias_info.is_write] == [
+        "k_pool", "v_pool", "q_out", "k_out"]
+    assert torch_op.rope_pool_fused is torch.ops.ropepool.rope_pool_fused
+
+
+def test_eager_calls_stay_the_direct_binding(ropepool):
+    from ropepool import _ropepool, torch_op
+
+    torch_op.register_compile_path()  # even once Dynamo knows the substitution
+    assert ropepool.rope_pool_fused is _ropepool.rope_pool_fused
+
+
+@pytest.mark.parametrize("variant", [False, True])
+def test_operator_results_are_the_direct_bindings_bit_for_bit(ropepool, device, variant):
+    from ropepool import torch_op
+
+    p = problem(device)
+    kw = variant_kwargs(p) if variant else p.kwargs()
+    want_pools = clone_all([p.k_pool, p.v_pool])
+    want = ropepool.rope_pool_fused(*p.arrays()[:5], *want_pools, **kw)
+    pools = clone_all([p.k_pool, p.v_pool])
+    q_rot, k_rot = torch.ops.ropepool.rope_pool_fused(*p.arrays()[:5], *pools, **kw)
+    assert_same([q_rot, k_rot, *pools], want)
+    for q_out, k_out in [(torch.empty_like(p.q), None), (None, torch.empty_like(p.k)),
+                         (torch.empty_like(p.q), torch.empty_like(p.k))]:
+        pools = clone_all([p.k_pool, p.v_pool])
+        got = torch_op.call_op(*p.arrays()[:5], *pools, **kw, q_out=q_out, k_out=k_out)
+        assert (got[0] is q_out) == (q_out is not None) and (got[1] is k_out) == (k_out is not None)
+        assert got[2] is pools[0] and got[3] is pools[1]
+        assert_same(got, want)
+
+
+def test_operator_matches_the_float64_reference(ropepool, device):
+    from ropepool import torch_op
+
+    p = problem(device, max_pos=2**31 - 1)
+    before = p.snapshot()
+    check_call(p, before, torch_op.call_op(*p.arrays(), **p.kwargs()))
+
+
+def test_operator_refusal_is_the_librarys_and_writes_nothing(ropepool, device):
+    p = problem(device)
+    p.slots[0] = p.P  # one past the pool's end
+    before = p.snapshot()
+    with pytest.raises(ropepool.RopePoolError, match="slot"):
+        torch.ops.ropepool.rope_pool_fused(*p.arrays(), **p.kwargs(checked=True))
+    for old, x in zip(before, p.arrays()):
+        assert (old == p.fw.bits(x)).all()
+
+
+@pytest.mark.parametrize("overload", ["default", "out"])
+@pytest.mark.parametrize("variant", [False, True])
+def test_opcheck(ropepool, device, overload, variant):
+    p = problem(device, T=3, Hq=4, Hk=2, D=64, P=8)
+    kw = variant_kwargs(p) if variant else p.kwargs()
+    if overload == "out":
+        kw.update(q_out=torch.empty_like(p.q), k_out=torch.empty_like(p.k))
+    op = getattr(torch.ops.ropepool.rope_pool_fused, overload)
+    torch.library.opcheck(op, tuple(p.arrays()), kw)
+
+
+# ---- torch.compile ------------------------------------------------------------------------------
+
+
+def compiled_code(fn, *args):
+    """fn compiled with fullgraph=True (a graph break raises), its results and Inductor's code."""
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    result, code = run_and_get_code(torch.compile(fn, fullgraph=True), *args)
+    return result, "\n".join(code)
+
+
+def assert_no_pool_copy(code, pool_elements):
+    """No clone, copy or allocation of a pool-sized buffer in the compiled code: the operator
+    writes the caller's pools in place."""
+    for line in code.splitlines():
+        if "def get_args" in line:  # the benchmark harness after the compiled call
+            break
+        assert "clone" not in line and "copy_" not in line, line
+        assert not ("empty_strided" in line and str(pool_elements) in line.replace(", ", "")), line
+
+
+@pytest.mark.parametrize("pools", ["separate", "halves of one cache"])
+def test_compiled_call_traces_without_a_graph_break_and_writes_the_pools_in_place(ropepool, device, pools):
+    p = problem(device, T=5, Hq=4, Hk=2, D=64, P=64)
+    kw = p.kwargs()
+
+    if pools == "separate":
+        def step(q, k, v, positions, slots, k_pool, v_pool):
+            q_rot, k_rot, _, _ = ropepool.rope_pool_fused(q, k, v, positions, slots, k_pool, v_pool, **kw)
+            return q_rot, k_rot
+
+        cache = [p.k_pool, p.v_pool]
+    else:
+        def step(q, k, v, positions, slots, kv):  # K and V as the halves of one [2, P, Hk, D] cache
+            q_rot, k_rot, _, _ = ropepool.rope_pool_fused(q, k, v, positions, slots, kv[0], kv[1], **kw)
+            return q_rot, k_rot
+
+        cache = [torch.stack([p.k_pool, p.v_pool])]
+    eager_cache = clone_all(cache)
+    want = step(*p.arrays()[:5], *eager_cache)
+    got, code = compiled_code(step, *p.arrays()[:5], *cache)
+    assert_same(got, want)
+    assert_same(cache, eager_cache)
+    assert "torch.ops.ropepool.rope_pool_fused.default(" in code
+    assert_no_pool_copy(code, p.P * p.Hk * p.D)
+
+
+def test_compiled_call_with_outputs_given_rotates_in_place(ropepool, device):
+    p = problem(device, T=5, Hq=4, Hk=2, D=64, P=64)
+    kw = p.kwargs()
+
+    def step(q, k, v, positions, slots, k_pool, v_pool):
+        ropepool.rope_pool_fused(q, k, v, positions, slots, k_pool, v_pool, **kw, q_out=q, k_out=k)
+
+    eager = clone_all(p.arrays())
+    step(*eager)
+    got = clone_all(p.arrays())
+    _, code = compiled_code(step, *got)
+    assert_same(got, eager)
+    assert "torch.ops.ropepool.rope_pool_fused.out(" in code
+    assert_no_pool_copy(code, p.P * p.Hk * p.D)
+
+
+def test_importing_ropepool_before_torch_still_compiles_without_a_graph_break(ropepool):
+    script = """
+import ropepool, sys
+assert "torch" not in sys.modules
+import torch
+assert hasattr(torch.ops.ropepool, "rope_pool_fused")
+q, k, v = torch.randn(2, 2, 8), torch.randn(2, 1, 8), torch.randn(2, 1, 8)
+k_pool, v_pool = torch.zeros(4, 1, 8), torch.zeros(4, 1, 8)
+def f(q, positions, slots):
+    return ropepool.rope_pool_fused(q, k, v, positions, slots, k_pool, v_pool, head_dim=8,
+                                    num_qo_heads=2, num_kv_heads=1, rope_base=10000.0)[0]
+got = torch.compile(f, fullgraph=True, backend="eager")(q, torch.tensor([3, 4]), torch.tensor([1, 2]))
+want = ropepool.rope_pool_fused(q, k, v, torch.tensor([3, 4]), torch.tensor([1, 2]), k_pool.clone(),
+                                v_pool.clone(), head_dim=8, num_qo_heads=2, num_kv_heads=1, rope_base=10000.0)[0]
+assert torch.equal(got, want)
+print("compiled")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert done.returncode == 0 and "compiled" in done.stdout, done.stderr[-3000:]
+
+
+# ---- CUDA graphs --------------------------------------------------------------------------------
+
+
+class DecodeStep(torch.nn.Module):
+    """One decode step's RoPE + pool write with the pools held as module buffers."""
+
+    def __init__(self, ropepool, p):
+        super().__init__()
+        self.ropepool, self.kw = ropepool, p.kwargs()
+        self.register_buffer("kv", torch.stack([p.k_pool, p.v_pool]))
+
+    def forward(self, q, k, v, positions, slots):
+        q_rot, k_rot, _, _ = self.ropepool.rope_pool_fused(q, k, v, positions, slots, self.kv[0], self.kv[1],
+                                                           **self.kw)
+        return q_rot * 1.0, k_rot
+
+
+def fresh_inputs(p, seed):
+    """New q, k, v, positions and distinct slots of p's shapes, in p's tensors' memory."""
+    g = torch.Generator().manual_seed(seed)
+    values = [torch.randn(x.shape, generator=g).to(x) for x in (p.q, p.k, p.v)]
+    positions = torch.randint(0, 4096, p.positions.shape, generator=g).to(p.positions)
+    slots = torch.randperm(p.P, generator=g)[:p.T].to(p.slots)
+    return values + [positions, slots]
+
+
+@pytest.mark.cuda
+def test_reduce_overhead_replays_with_new_positions_slots_and_inputs(ropepool, device):
+    if device != "cuda":
+        pytest.skip("CUDA graphs need a GPU")
+    p = problem(device, T=4, Hq=8, Hk=2, D=64, P=64)
+    model, eager = DecodeStep(ropepool, p), DecodeStep(ropepool, p)
+    compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True)
+    for seed in range(5):  # the first calls record, the later ones replay the graph
+        inputs = fresh_inputs(p, seed)
+        got = [x.clone() for x in compiled(*inputs)]
+        want = eager(*inputs)
+        assert_same(got, want)
+        assert torch.equal(model.kv, eager.kv)
+
+
+@pytest.mark.cuda
+def test_manual_cuda_graph_capture_replays_with_new_positions_slots_and_inputs(ropepool, device):
+    if device != "cuda":
+        pytest.skip("CUDA graphs need a GPU")
+    p = problem(device, T=4, Hq=8, Hk=2, D=64, P=64)
+    static = fresh_inputs(p, 0)
+    pools = clone_all([p.k_pool, p.v_pool])
+    kw = p.kwargs()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up outside the capture, as torch's docs ask
+        torch.ops.ropepool.rope_pool_fused(*static, *pools, **kw)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        q_rot, k_rot = torch.ops.ropepool.rope_pool_fused(*static, *pools, **kw)
+    want_pools = clone_all(pools)
+    for seed in range(1, 4):
+        for dst, src in zip(static, fresh_inputs(p, seed)):
+            dst.copy_(src)
+        graph.replay()
+        want = ropepool.rope_pool_fused(*static, *want_pools, **kw)
+        torch.cuda.synchronize()
+        assert_same([q_rot, k_rot, *pools], want)

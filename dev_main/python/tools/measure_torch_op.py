@@ -1,0 +1,72 @@
+"""Per-call wall time of ropepool.rope_pool_fused on torch tensors, the direct binding vs the
+torch.library operator (torch.ops.ropepool.rope_pool_fused, as ropepool.torch_op.call_op calls it),
+at decode size (T = 1 by default), on the CPU or a CUDA device.
+
+Both paths run on the same tensors in interleaved rounds; each round times `calls` back-to-back
+calls of one path (CUDA: then synchronises, so the figure is the host's cost per call while the GPU
+keeps up). Figures are medians over rounds of the mean time per call.
+
+    PYTHONPATH=build/python python python/tools/measure_torch_op.py [--device cuda] [--tokens 1]
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+
+import ropepool
+from ropepool import torch_op
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    parser.add_argument("--tokens", type=int, default=1)
+    parser.add_argument("--shape", default="32/8/128", help="Hq/Hk/D (default: Llama-3-8B)")
+    parser.add_argument("--pool", type=int, default=65536)
+    parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--calls", type=int, default=100)
+    args = parser.parse_args()
+    hq, hk, d = (int(x) for x in args.shape.split("/"))
+    dev, dtype, t = torch.device(args.device), getattr(torch, args.dtype), args.tokens
+    g = torch.Generator().manual_seed(0)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g).to(dev, dtype)
+
+    q, k, v = rand(t, hq, d), rand(t, hk, d), rand(t, hk, d)
+    positions = torch.randint(0, 4096, (t,), generator=g).to(dev)
+    slots = torch.randperm(args.pool, generator=g)[:t].to(dev)
+    k_pool, v_pool = rand(args.pool, hk, d), rand(args.pool, hk, d)
+    kw = dict(head_dim=d, num_qo_heads=hq, num_kv_heads=hk, rope_base=500000.0)
+    paths = {
+        "direct (ropepool.rope_pool_fused)": lambda: ropepool.rope_pool_fused(
+            q, k, v, positions, slots, k_pool, v_pool, **kw),
+        "op (torch.ops.ropepool.rope_pool_fused)": lambda: torch_op.call_op(
+            q, k, v, positions, slots, k_pool, v_pool, **kw),
+    }
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    times = {name: [] for name in paths}
+    for name, fn in paths.items():  # warm up: first-call lookups, caches, the CUDA context
+        for _ in range(args.calls):
+            fn()
+    sync()
+    for _ in range(args.rounds):
+        for name, fn in paths.items():
+            start = time.perf_counter()
+            for _ in range(args.calls):
+                fn()
+            sync()
+            times[name].append((time.perf_counter() - start) / args.calls * 1e6)
+    print(f"torch {torch.__version__}, {dev}, {args.dtype}, T={t}, {args.shape}, pool {args.pool}, "
+          f"{args.rounds} rounds x {args.calls} calls: median us per call")
+    base = statistics.median(times[next(iter(paths))])
+    for name, ts in times.items():
+        m = statistics.median(ts)
+        print(f"  {name:42s} {m:8.2f}   (+{m - base:.2f})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+/*
+ * dispatch.c — picks the CPU kernel level once per process.
+ *
+ * The table starts as the reference kernel; the levels up to the best one the CPU supports then
+ * replace its entries in order (x86-64: portable, avx2, avx512; aarch64: portable, neon).
+ * ROPEPOOL_CPU=<level> caps the level (a level the CPU or this build lacks is refused with a
+ * warning, never executed), and ROPEPOOL_VERBOSE=1 prints the choice.
+ */
+#include "kernels.h"
+
+#ifdef RP_HAVE_X86_KERNELS
+#  include <cpuid.h>
+#endif
+#if defined(RP_HAVE_NEON_KERNELS) && defined(__linux__)
+#  include <sys/auxv.h>
+#endif
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void fill_reference(rp_cpu_kernels *t)
+{
+    t->name = "reference";
+    t->rope_pool[RP_F32] = t->rope_pool[RP_F16] = t->rope_pool[RP_BF16] = rp_ref_rope_pool;
+}
+
+/* This build's levels, lowest first: each one's fill replaces the entries it improves on. */
+static const struct {
+    const char *name;
+    void (*fill)(rp_cpu_kernels *table);
+} levels[] = {
+    {"reference", fill_reference},
+    {"portable", rp_cpu_fill_portable},
+#ifdef RP_HAVE_X86_KERNELS
+    {"avx2", rp_cpu_fill_avx2},
+    {"avx512", rp_cpu_fill_avx512},
+#endif
+#ifdef RP_HAVE_NEON_KERNELS
+    {"neon", rp_cpu_fill_neon},
+#endif
+};
+enum { NUM_LEVELS = (int)(sizeof levels / sizeof levels[0]) };
+
+static rp_cpu_kernels table;
+static pthread_once_t table_once = PTHREAD_ONCE_INIT;
+
+#ifdef RP_HAVE_X86_KERNELS
+/* CPUID leaf 1, ECX bit 29: __builtin_cpu_supports has no "f16c" before clang 15. F16C needs
+ * the same OS support as AVX, which the "avx2" check already requires. */
+static int has_f16c(void)
+{
+    unsigned eax, ebx, ecx, edx;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+}
+#endif
+
+static int level_index(const char *name)
+{
+    for (int i = 0; i < NUM_LEVELS; i++)
+        if (strcmp(name, levels[i].name) == 0)
+            return i;
+    return -1;
+}
+
+/* The index in levels[] of the best level this CPU runs. */
+static int best_supported(void)
+{
+#ifdef RP_HAVE_X86_KERNELS
+    __builtin_cpu_init();
+    /* What src/CMakeLists.txt compiles each level's file for (AVX-512 builds on AVX2). */
+    const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
+    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+        return level_index("avx512");
+    if (avx2)
+        return level_index("avx2");
+#endif
+#ifdef RP_HAVE_NEON_KERNELS
+    /* Advanced SIMD (with its float16 conversions) is part of the aarch64 base ISA; Linux still
+     * reports it, so a kernel that disabled it is noticed. */
+#  ifdef __linux__
+    if (!(getauxval(AT_HWCAP) & HWCAP_ASIMD))
+        return level_index("portable");
+#  endif
+    return level_index("neon");
+#endif
+    return level_index("portable");
+}
+
+static void fill_table(void)
+{
+    int level = best_supported();
+    const char *forced = getenv("ROPEPOOL_CPU");
+    if (forced && *forced) {
+        const int found = level_index(forced);
+        if (found < 0) {
+            fprintf(stderr, "ropepool: ROPEPOOL_CPU=%s is not one of", forced);
+            for (int i = NUM_LEVELS - 1; i >= 0; i--)
+                fprintf(stderr, " %s%s", levels[i].name, i ? "," : ";");
+            fprintf(stderr, " using %s\n", levels[level].name);
+        } else if (found > level) {
+            fprintf(stderr, "ropepool: ROPEPOOL_CPU=%s is not supported by this CPU; using %s\n",
+                    forced, levels[level].name);
+        } else {
+            level = found;
+        }
+    }
+    for (int i = 0; i <= level; i++)
+        levels[i].fill(&table);
+    const char *verbose = getenv("ROPEPOOL_VERBOSE");
+    if (verbose && *verbose && strcmp(verbose, "0") != 0)
+        fprintf(stderr, "ropepool: CPU kernels: %s\n", table.name);
+}
+
+const rp_cpu_kernels *rp_cpu_kernel_table(void)
+{
+    pthread_once(&table_once, fill_table);
+    return &table;
+}
+
+int rp_cpu_level_supported(const char *level)
+{
+    const int i = level_index(level);
+    return i >= 0 && i <= best_supported();
+}
+
+const char *rp_cpu_kernel_name(void)
+{
+    return rp_cpu_kernel_table()->name;
+}

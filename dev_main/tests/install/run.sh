@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the build into a fresh prefix, builds a consumer against it, runs what it built.
+set -euo pipefail
+build=$1 source=$2 work=$3
+rm -rf "$work" && mkdir -p "$work"
+cmake --install "$build" --prefix "$work/prefix" > "$work/install.log"
+test -f "$work/prefix/include/ropepool.h"
+export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig:$work/prefix/lib64/pkgconfig"
+cmake -S "$source/tests/install" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$work/prefix" \
+      -DEXAMPLE_SOURCE="$source/examples/example.c" > "$work/configure.log"
+cmake --build "$work/consumer" > "$work/build.log"
+export LD_LIBRARY_PATH="$work/prefix/lib:$work/prefix/lib64"
+for exe in "$work"/consumer/example_*; do
+  "$exe" > "$work/run.log"
+  grep -q "second call: RP_ERR_SLOT_OUT_OF_RANGE" "$work/run.log"
+  echo "ok: $(basename "$exe")"
+done

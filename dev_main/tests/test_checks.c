@@ -1,0 +1,398 @@
+/*
+ * test_checks.c — ropepool's own checks after the seed's: each names the argument and the value,
+ * returns its status code, and leaves every output byte as it was.
+ */
+#include "test_util.h"
+
+#include <stdint.h>
+
+static test_rng rng = {7};
+
+#define EXPECT(mutate, status, msg) expect_call_error(&rng, #mutate, mutate, status, msg)
+
+static void all_dtype(fixture *f, rp_dtype dt)
+{
+    rp_tensor *ts[] = {&f->args.q, &f->args.k, &f->args.v, &f->args.k_pool, &f->args.v_pool,
+                       &f->args.q_rot, &f->args.k_rot};
+    for (int i = 0; i < 7; i++)
+        ts[i]->dtype = dt;
+}
+static void all_f64(fixture *f) { all_dtype(f, RP_F64); }
+static void all_unset(fixture *f) { all_dtype(f, RP_DTYPE_UNSET); }
+static void positions_float(fixture *f) { f->args.positions.dtype = RP_F32; }
+static void slots_uint32(fixture *f) { f->args.slots.dtype = RP_U32; }
+
+static void set_head_dim(fixture *f, int64_t d)
+{
+    rp_tensor *ts[] = {&f->args.q, &f->args.k, &f->args.v, &f->args.k_pool, &f->args.v_pool,
+                       &f->args.q_rot, &f->args.k_rot};
+    for (int i = 0; i < 7; i++)
+        ts[i]->shape[2] = d;
+    f->args.head_dim = d;
+}
+static void odd_head_dim(fixture *f) { set_head_dim(f, 63); }
+static void zero_head_dim(fixture *f) { set_head_dim(f, 0); }
+static void zero_qo_heads(fixture *f)
+{
+    f->args.q.shape[1] = f->args.q_rot.shape[1] = 0;
+    f->args.num_qo_heads = 0;
+}
+static void negative_kv_heads(fixture *f)
+{
+    rp_tensor *ts[] = {&f->args.k, &f->args.v, &f->args.k_pool, &f->args.v_pool, &f->args.k_rot};
+    for (int i = 0; i < 5; i++)
+        ts[i]->shape[1] = -2;
+    f->args.num_kv_heads = -2;
+}
+static void base_zero(fixture *f) { f->args.rope_base = 0.0; }
+static void base_negative(fixture *f) { f->args.rope_base = -10000.0; }
+static void base_nan(fixture *f) { f->args.rope_base = NAN; }
+static void base_inf(fixture *f) { f->args.rope_base = INFINITY; }
+static void style_unknown(fixture *f) { f->args.style = 9; }
+static void style_negative(fixture *f) { f->args.style = -1; }
+static void rotary_dim_odd(fixture *f) { f->args.rotary_dim = 33; }
+static void rotary_dim_one(fixture *f) { f->args.rotary_dim = 1; }
+static void rotary_dim_negative(fixture *f) { f->args.rotary_dim = -2; }
+static void rotary_dim_past_head_dim(fixture *f) { f->args.rotary_dim = 66; }
+/* Tables of valid frequencies with one bad entry; rotary_dim 16 reads entries 0..7 only. */
+static double freq_table[32];
+static void set_freq(fixture *f, int64_t rotary_dim, int bad_index, double bad)
+{
+    for (int j = 0; j < 32; j++)
+        freq_table[j] = j == bad_index ? bad : 1.0 / (j + 1);
+    f->args.rotary_dim = rotary_dim;
+    f->args.inv_freq = freq_table;
+}
+static void freq_negative(fixture *f) { set_freq(f, 0, 5, -1.0); }
+static void freq_nan_last(fixture *f) { set_freq(f, 0, 31, NAN); }
+static void freq_inf_first(fixture *f) { set_freq(f, 16, 0, INFINITY); }
+static void freq_negative_partial(fixture *f) { set_freq(f, 16, 7, -0.25); }
+static void scaling_negative(fixture *f) { f->args.attention_scaling = -1.0; }
+static void scaling_nan(fixture *f) { f->args.attention_scaling = NAN; }
+static void scaling_inf(fixture *f) { f->args.attention_scaling = INFINITY; }
+static void scaling_past_float32(fixture *f) { f->args.attention_scaling = 1e39; }
+static void scaling_float32_subnormal(fixture *f) { f->args.attention_scaling = 1e-40; }
+static void negative_threads(fixture *f) { f->args.num_threads = -1; }
+static void unknown_flag(fixture *f) { f->args.flags = 0x10; }
+static void reserved_set(fixture *f) { f->args.reserved[5] = 1; }
+static void tensor_reserved_set(fixture *f) { f->args.v.reserved = 3; }
+static void q_rot_narrow(fixture *f) { f->args.q_rot.shape[2] = 32; }
+static void k_rot_f16(fixture *f) { f->args.k_rot.dtype = RP_F16; }
+static void pool_negative_size(fixture *f) { f->args.k_pool.shape[0] = f->args.v_pool.shape[0] = -1; }
+static void pool_on_gpu(fixture *f) { f->args.k_pool.device.type = RP_DEVICE_CUDA; }
+static void slots_on_gpu1(fixture *f) { f->args.slots.device = (rp_device){RP_DEVICE_CUDA, 1}; }
+static void unknown_device(fixture *f) { f->args.v_pool.device.type = 13; }
+static void v_null(fixture *f) { f->args.v.data = NULL; }
+static void q_misaligned(fixture *f) { f->args.q.data = (char *)f->q + 2; }
+static void q_stride_overflow(fixture *f) { f->args.q.strides[0] = INT64_MAX / 4; }
+static void q_stride_wraps(fixture *f) { f->args.q.strides[0] = -(INT64_MAX / 16); }
+static void k_pool_read_only(fixture *f) { f->args.k_pool.flags = RP_TENSOR_READ_ONLY; }
+static void q_rot_broadcast(fixture *f) { f->args.q_rot.strides[0] = 0; }
+static void k_rot_heads_alias(fixture *f) { f->args.k_rot.strides[1] = 32; }
+static void q_rot_is_k(fixture *f) { f->args.q_rot.data = f->k; }
+static void q_rot_shifted_q(fixture *f) { f->args.q_rot.data = (float *)f->q + 1; }
+static void q_rot_q_other_strides(fixture *f)
+{
+    f->args.q_rot = f->args.q; /* same memory, heads and tokens transposed: not the in-place call */
+    f->args.q_rot.shape[0] = 6;
+    f->args.q_rot.strides[0] = 64;
+    f->args.q_rot.strides[1] = 6 * 64;
+}
+static void v_pool_is_k_pool(fixture *f) { f->args.v_pool.data = f->k_pool; }
+static void k_pool_over_positions(fixture *f) { f->args.k_pool.data = f->positions; }
+static void k_rot_into_v_pool(fixture *f) { f->args.k_rot.data = f->v_pool; }
+static void inv_freq_in_q_rot(fixture *f) /* a valid table, but read while q_rot is written */
+{
+    double *table = (double *)f->q_rot + 8;
+    for (int j = 0; j < 32; j++)
+        table[j] = pow(10000.0, -j / 32.0);
+    f->args.inv_freq = table;
+}
+static void pool_elements_overflow(fixture *f) /* no memory yet: RP_VALIDATE_ONLY stops before it */
+{
+    f->args.flags = RP_VALIDATE_ONLY;
+    f->args.kv_layout = RP_KV_NHD;
+    const int64_t shape[4] = {(int64_t)1 << 40, (int64_t)1 << 40, 2, 64};
+    rp_tensor *pools[2] = {&f->args.k_pool, &f->args.v_pool};
+    for (int i = 0; i < 2; i++) {
+        pools[i]->ndim = 4;
+        pools[i]->data = NULL;
+        for (int d = 0; d < 4; d++)
+            pools[i]->shape[d] = shape[d];
+        pools[i]->strides[3] = 1;
+        pools[i]->strides[2] = 64;
+        pools[i]->strides[1] = 128;
+        pools[i]->strides[0] = 0; /* never addressed */
+    }
+}
+
+static void set_slot(fixture *f, int64_t t, int64_t slot)
+{
+    test_store(f->slots, f->index_dtype, t, (double)slot);
+}
+static void slot_at_pool_end(fixture *f) { set_slot(f, 3, 16); }
+static void slot_huge_i64(fixture *f)
+{
+    int64_t *slots = test_alloc(6 * sizeof *slots);
+    for (int t = 0; t < 6; t++)
+        slots[t] = t;
+    slots[5] = (int64_t)1 << 40;
+    free(f->slots);
+    f->slots = slots;
+    f->args.slots = rp_tensor_1d(slots, RP_I64, 6);
+}
+static void slot_repeated(fixture *f)
+{
+    set_slot(f, 1, 9);
+    set_slot(f, 4, 9);
+}
+static void repeat_before_range(fixture *f)
+{
+    set_slot(f, 0, 2);
+    set_slot(f, 2, 2);
+    set_slot(f, 5, 99);
+}
+static void range_before_repeat(fixture *f)
+{
+    set_slot(f, 1, 16);
+    set_slot(f, 3, 4);
+    set_slot(f, 4, 4);
+}
+
+static void test_dtypes_and_scalars_name_the_value(void)
+{
+    EXPECT(all_f64, RP_ERR_INVALID_ARGUMENT,
+           "q/k/v dtype float64 is not supported: use float32, float16 or bfloat16");
+    EXPECT(all_unset, RP_ERR_INVALID_ARGUMENT, "q dtype is not set (rp_tensor.dtype is 0)");
+    EXPECT(positions_float, RP_ERR_INVALID_ARGUMENT, "positions dtype must be int32 or int64, got float32");
+    EXPECT(slots_uint32, RP_ERR_INVALID_ARGUMENT, "slots dtype must be int32 or int64, got uint32");
+    EXPECT(odd_head_dim, RP_ERR_INVALID_ARGUMENT, "head_dim must be a positive even number, got 63");
+    EXPECT(zero_head_dim, RP_ERR_INVALID_ARGUMENT, "head_dim must be a positive even number, got 0");
+    EXPECT(zero_qo_heads, RP_ERR_INVALID_ARGUMENT, "num_qo_heads must be positive, got 0");
+    EXPECT(negative_kv_heads, RP_ERR_INVALID_ARGUMENT, "num_kv_heads must be positive, got -2");
+    EXPECT(base_zero, RP_ERR_INVALID_ARGUMENT, "rope_base must be a positive finite number, got 0");
+    EXPECT(base_negative, RP_ERR_INVALID_ARGUMENT, "rope_base must be a positive finite number, got -10000");
+    EXPECT(base_nan, RP_ERR_INVALID_ARGUMENT, "rope_base must be a positive finite number, got nan");
+    EXPECT(base_inf, RP_ERR_INVALID_ARGUMENT, "rope_base must be a positive finite number, got inf");
+}
+
+static void test_rope_variant_fields_name_the_value(void)
+{
+    EXPECT(style_unknown, RP_ERR_INVALID_ARGUMENT,
+           "style 9 is not a rope style: use RP_ROPE_NEOX (0) or RP_ROPE_GPTJ (1)");
+    EXPECT(style_negative, RP_ERR_INVALID_ARGUMENT,
+           "style -1 is not a rope style: use RP_ROPE_NEOX (0) or RP_ROPE_GPTJ (1)");
+    EXPECT(rotary_dim_odd, RP_ERR_INVALID_ARGUMENT, "rotary_dim must be even, got 33");
+    EXPECT(rotary_dim_one, RP_ERR_INVALID_ARGUMENT, "rotary_dim must be >= 2 (0 = head_dim), got 1");
+    EXPECT(rotary_dim_negative, RP_ERR_INVALID_ARGUMENT, "rotary_dim must be >= 2 (0 = head_dim), got -2");
+    EXPECT(rotary_dim_past_head_dim, RP_ERR_INVALID_ARGUMENT, "rotary_dim 66 is larger than head_dim 64");
+    EXPECT(freq_negative, RP_ERR_INVALID_ARGUMENT, "inv_freq[5] must be finite and >= 0, got -1");
+    EXPECT(freq_nan_last, RP_ERR_INVALID_ARGUMENT, "inv_freq[31] must be finite and >= 0, got nan");
+    EXPECT(freq_inf_first, RP_ERR_INVALID_ARGUMENT, "inv_freq[0] must be finite and >= 0, got inf");
+    EXPECT(freq_negative_partial, RP_ERR_INVALID_ARGUMENT, "inv_freq[7] must be finite and >= 0, got -0.25");
+    EXPECT(scaling_negative, RP_ERR_INVALID_ARGUMENT,
+           "attention_scaling must be positive and finite (0 = 1.0), got -1");
+    EXPECT(scaling_nan, RP_ERR_INVALID_ARGUMENT,
+           "attention_scaling must be positive and finite (0 = 1.0), got nan");
+    EXPECT(scaling_inf, RP_ERR_INVALID_ARGUMENT,
+           "attention_scaling must be positive and finite (0 = 1.0), got inf");
+    /* s * cos and s * sin are float32 in every kernel: s must be a normal float32 */
+    EXPECT(scaling_past_float32, RP_ERR_INVALID_ARGUMENT, "attention_scaling 1e+39 is outside float32's normal "
+           "range [1.17549e-38, 3.40282e+38], in which the kernels scale cos and sin");
+    EXPECT(scaling_float32_subnormal, RP_ERR_INVALID_ARGUMENT, "attention_scaling 1e-40 is outside float32's normal "
+           "range [1.17549e-38, 3.40282e+38], in which the kernels scale cos and sin");
+}
+
+/* rotary_dim R reads inv_freq[0 .. R/2) only: what lies past it is not the call's business. */
+static void test_inv_freq_is_read_up_to_rotary_dim_over_2(void)
+{
+    fixture f;
+    fixture_init(&f, &rng, 6, 8, 2, 64, 16, RP_F32, RP_I32, 4096, 0);
+    set_freq(&f, 16, 8, NAN);
+    char msg[256];
+    CHECK(rp_rope_pool_fused(NULL, &f.args, msg, sizeof msg) == RP_OK, "%s", msg);
+    fixture_free(&f);
+}
+
+/* T = 0 with every variant field set is a no-op that still checks them. */
+static void test_zero_tokens_with_a_variant_is_a_checked_no_op(void)
+{
+    for (int bad = 0; bad < 2; bad++) {
+        fixture f;
+        fixture_init(&f, &rng, 0, 4, 2, 64, 8, RP_BF16, RP_I64, 100, 0);
+        set_freq(&f, 32, bad ? 3 : -1, NAN);
+        f.args.style = RP_ROPE_GPTJ;
+        f.args.attention_scaling = 1.5;
+        snapshot s;
+        snapshot_take(&s, &f);
+        char msg[256];
+        const rp_status st = rp_rope_pool_fused(NULL, &f.args, msg, sizeof msg);
+        CHECK(st == (bad ? RP_ERR_INVALID_ARGUMENT : RP_OK), "T = 0%s: %s", bad ? " with a NaN frequency" : "", msg);
+        CHECK(snapshot_unchanged(&s, &f), "T = 0 wrote a pool");
+        fixture_free(&f);
+    }
+}
+
+static void test_other_extensions_are_checked(void)
+{
+    EXPECT(negative_threads, RP_ERR_INVALID_ARGUMENT, "num_threads must be >= 0 (0 = the context's), got -1");
+    EXPECT(unknown_flag, RP_ERR_INVALID_ARGUMENT,
+           "flags 0x10 has unknown bits (known: RP_CHECK_SLOTS = 0x1, RP_VALIDATE_ONLY = 0x2)");
+    EXPECT(reserved_set, RP_ERR_INVALID_ARGUMENT,
+           "rp_rope_pool_args reserved fields must be 0 (zero-initialise the struct)");
+    EXPECT(tensor_reserved_set, RP_ERR_INVALID_ARGUMENT, "v: rp_tensor reserved bits must be 0 (flags 0x0)");
+}
+
+static void test_outputs_devices_and_memory(void)
+{
+    EXPECT(q_rot_narrow, RP_ERR_INVALID_ARGUMENT, "q_rot shape must match q shape, got (6, 8, 32) vs (6, 8, 64)");
+    EXPECT(k_rot_f16, RP_ERR_INVALID_ARGUMENT, "k_rot dtype must match k dtype, got float16 vs float32");
+    EXPECT(pool_negative_size, RP_ERR_INVALID_ARGUMENT, "k_pool shape (-1, 2, 64) has a negative dimension");
+    EXPECT(pool_on_gpu, RP_ERR_INVALID_ARGUMENT,
+           "all tensors must be on one device: k_pool is on cuda:0 but q is on cpu");
+    EXPECT(slots_on_gpu1, RP_ERR_INVALID_ARGUMENT,
+           "all tensors must be on one device: slots is on cuda:1 but q is on cpu");
+    EXPECT(unknown_device, RP_ERR_INVALID_ARGUMENT, "v_pool has unknown device type 13");
+    EXPECT(v_null, RP_ERR_INVALID_ARGUMENT, "v data is NULL but it has 768 elements");
+    EXPECT(q_misaligned, RP_ERR_INVALID_ARGUMENT, "q data 0x*");
+    EXPECT(q_stride_overflow, RP_ERR_INVALID_ARGUMENT, "q strides overflow the address space for shape (6, 8, 64)");
+    EXPECT(q_stride_wraps, RP_ERR_INVALID_ARGUMENT, "q strides overflow the address space for shape (6, 8, 64)");
+    EXPECT(k_pool_read_only, RP_ERR_INVALID_ARGUMENT, "k_pool is read-only, but the call writes it");
+}
+
+static void test_aliasing_outputs_are_rejected(void)
+{
+    EXPECT(q_rot_broadcast, RP_ERR_OVERLAP, "q_rot has overlapping elements (strides (0, 64, 1) for shape (6, 8, 64))");
+    EXPECT(k_rot_heads_alias, RP_ERR_OVERLAP, "k_rot has overlapping elements (strides (128, 32, 1) for shape (6, 2, 64))");
+    EXPECT(q_rot_is_k, RP_ERR_OVERLAP,
+           "q_rot overlaps k: outputs may share memory with inputs only as q_rot = q or k_rot = k "
+           "(same data, shape and strides)");
+    EXPECT(q_rot_shifted_q, RP_ERR_OVERLAP, "q_rot overlaps q: *");
+    EXPECT(q_rot_q_other_strides, RP_ERR_OVERLAP, "q_rot overlaps q: *");
+    EXPECT(v_pool_is_k_pool, RP_ERR_OVERLAP, "v_pool overlaps k_pool: outputs must not share memory");
+    EXPECT(k_pool_over_positions, RP_ERR_OVERLAP, "k_pool overlaps positions: *");
+    EXPECT(k_rot_into_v_pool, RP_ERR_OVERLAP, "k_rot overlaps v_pool: outputs must not share memory");
+    EXPECT(inv_freq_in_q_rot, RP_ERR_OVERLAP, "q_rot overlaps inv_freq: outputs must not share memory with inputs");
+    EXPECT(pool_elements_overflow, RP_ERR_INVALID_ARGUMENT,
+           "k_pool shape (1099511627776, 1099511627776, 2, 64) has 2^63 elements or more");
+}
+
+static void test_slot_values_are_checked_in_token_order(void)
+{
+    EXPECT(slot_at_pool_end, RP_ERR_SLOT_OUT_OF_RANGE,
+           "slot 16 of token 3 is out of range for a pool of 16 slots (valid: 0 <= slot < 16; "
+           "negative skips the write)");
+    EXPECT(slot_huge_i64, RP_ERR_SLOT_OUT_OF_RANGE,
+           "slot 1099511627776 of token 5 is out of range for a pool of 16 slots*");
+    EXPECT(slot_repeated, RP_ERR_DUPLICATE_SLOT,
+           "slot 9 is used by tokens 1 and 4: each slot may be written once per call");
+    EXPECT(repeat_before_range, RP_ERR_DUPLICATE_SLOT, "slot 2 is used by tokens 0 and 2*");
+    EXPECT(range_before_repeat, RP_ERR_SLOT_OUT_OF_RANGE, "slot 16 of token 1 is out of range*");
+}
+
+/* RP_VALIDATE_ONLY (lazy bindings): the checks that need no memory, with NULL data everywhere and
+ * an out-of-range slot that it must not read; a real call on the same arrays still refuses it. */
+static void test_validate_only_needs_no_memory(void)
+{
+    char msg[512];
+    fixture f;
+    fixture_init(&f, &rng, 3, 4, 2, 16, 8, RP_F16, RP_I64, 100, 0);
+    test_store(f.slots, RP_I64, 1, 8); /* == pool_size */
+    rp_rope_pool_args a = f.args;
+    a.flags = RP_VALIDATE_ONLY;
+    rp_tensor *ts[] = {&a.q, &a.k, &a.v, &a.positions, &a.slots, &a.k_pool, &a.v_pool, &a.q_rot, &a.k_rot};
+    for (int i = 0; i < 9; i++)
+        ts[i]->data = NULL;
+    CHECK(rp_rope_pool_fused(NULL, &a, msg, sizeof msg) == RP_OK, "validate-only: %s", msg);
+    a.v.shape[1] = 3;
+    CHECK(rp_rope_pool_fused(NULL, &a, msg, sizeof msg) == RP_ERR_INVALID_ARGUMENT, "seed check skipped");
+    CHECK(strcmp(msg, "v shape must match k shape, got (3, 3, 16) vs (3, 2, 16)") == 0, "got %s", msg);
+    a.v.shape[1] = 2;
+    a.k_rot.dtype = RP_F32;
+    CHECK(rp_rope_pool_fused(NULL, &a, msg, sizeof msg) == RP_ERR_INVALID_ARGUMENT, "output check skipped");
+    CHECK(strcmp(msg, "k_rot dtype must match k dtype, got float32 vs float16") == 0, "got %s", msg);
+    snapshot s;
+    snapshot_take(&s, &f);
+    CHECK(rp_rope_pool_fused(NULL, &f.args, msg, sizeof msg) == RP_ERR_SLOT_OUT_OF_RANGE, "%s", msg);
+    CHECK(snapshot_unchanged(&s, &f), "a refused call wrote output memory");
+    fixture_free(&f);
+}
+
+static void test_null_args_and_cuda_without_context(void)
+{
+    char msg[256];
+    CHECK(rp_rope_pool_fused(NULL, NULL, msg, sizeof msg) == RP_ERR_INVALID_ARGUMENT, "NULL args");
+    CHECK(strcmp(msg, "args is NULL") == 0, "got %s", msg);
+
+    fixture f;
+    fixture_init(&f, &rng, 2, 4, 2, 16, 8, RP_F32, RP_I32, 100, 0);
+    rp_tensor *ts[] = {&f.args.q, &f.args.k, &f.args.v, &f.args.positions, &f.args.slots,
+                       &f.args.k_pool, &f.args.v_pool, &f.args.q_rot, &f.args.k_rot};
+    for (int i = 0; i < 9; i++)
+        ts[i]->device = (rp_device){RP_DEVICE_CUDA, 0};
+    snapshot s;
+    snapshot_take(&s, &f);
+    CHECK(rp_rope_pool_fused(NULL, &f.args, msg, sizeof msg) == RP_ERR_INVALID_ARGUMENT, "%s", msg);
+    CHECK(strcmp(msg, "tensors are on cuda:0: pass a context created with RP_CONTEXT_CUDA and "
+                      "cuda_device = 0") == 0, "got %s", msg);
+    CHECK(snapshot_unchanged(&s, &f), "a refused CUDA call touched memory");
+    fixture_free(&f);
+}
+
+static void test_context_options_are_checked(void)
+{
+    char msg[256];
+    rp_context *ctx = (rp_context *)&msg; /* must be reset to NULL on failure */
+    rp_context_options o = {0};
+    o.num_threads = -3;
+    CHECK(rp_context_create(&o, &ctx, msg, sizeof msg) == RP_ERR_INVALID_ARGUMENT, "%s", msg);
+    CHECK(ctx == NULL, "*out not cleared on failure");
+    CHECK(strcmp(msg, "num_threads must be >= 0 (0 = one per online CPU), got -3") == 0, "got %s", msg);
+    o.num_threads = 1;
+    o.flags = 0x80;
+    CHECK(rp_context_create(&o, &ctx, msg, sizeof msg) == RP_ERR_INVALID_ARGUMENT, "%s", msg);
+    o.flags = RP_CONTEXT_CUDA;
+    o.cuda_device = -1;
+    CHECK(rp_context_create(&o, &ctx, msg, sizeof msg) == RP_ERR_INVALID_ARGUMENT, "%s", msg);
+    CHECK(strcmp(msg, "cuda_device must be >= 0, got -1") == 0, "got %s", msg);
+    if (!rp_has_cuda()) {
+        o.cuda_device = 0;
+        CHECK(rp_context_create(&o, &ctx, msg, sizeof msg) == RP_ERR_UNSUPPORTED, "%s", msg);
+        CHECK(strstr(msg, "built without its CUDA backend") != NULL, "got %s", msg);
+    }
+    CHECK(rp_context_create(NULL, &ctx, msg, sizeof msg) == RP_OK, "%s", msg);
+    CHECK(rp_context_num_threads(ctx) >= 1, "threads %d", rp_context_num_threads(ctx));
+    CHECK(rp_context_check(ctx, NULL, msg, sizeof msg) == RP_ERR_UNSUPPORTED, "check on a CPU context");
+    rp_context_destroy(ctx);
+}
+
+static void test_names_and_version(void)
+{
+    CHECK(rp_version_number() == RP_VERSION_NUMBER, "library %u vs header %u", rp_version_number(),
+          (unsigned)RP_VERSION_NUMBER);
+    char want[32];
+    snprintf(want, sizeof want, "%d.%d.%d", RP_VERSION_MAJOR, RP_VERSION_MINOR, RP_VERSION_PATCH);
+    CHECK(strcmp(rp_version_string(), want) == 0, "%s", rp_version_string());
+    CHECK(strcmp(rp_status_name(RP_ERR_DUPLICATE_SLOT), "RP_ERR_DUPLICATE_SLOT") == 0, "name");
+    CHECK(strcmp(rp_status_name((rp_status)99), "RP_ERR_UNKNOWN") == 0, "unknown name");
+    CHECK(strcmp(rp_status_string(RP_OK), "success") == 0, "string");
+    CHECK(strcmp(rp_dtype_name(RP_BF16), "bfloat16") == 0 && rp_dtype_size(RP_BF16) == 2, "bf16");
+    CHECK(strcmp(rp_dtype_name(RP_DTYPE_OTHER), "an unsupported type") == 0, "other");
+}
+
+int main(void)
+{
+    RUN(test_dtypes_and_scalars_name_the_value);
+    RUN(test_rope_variant_fields_name_the_value);
+    RUN(test_inv_freq_is_read_up_to_rotary_dim_over_2);
+    RUN(test_other_extensions_are_checked);
+    RUN(test_outputs_devices_and_memory);
+    RUN(test_aliasing_outputs_are_rejected);
+    RUN(test_slot_values_are_checked_in_token_order);
+    RUN(test_validate_only_needs_no_memory);
+    RUN(test_null_args_and_cuda_without_context);
+    RUN(test_context_options_are_checked);
+    RUN(test_names_and_version);
+    RUN(test_zero_tokens_with_a_variant_is_a_checked_no_op); /* last: q_rot_is_k depends on the heap's layout */
+    return test_summary("test_checks");
+}
