@@ -128,26 +128,30 @@ static inline const rp_cpu_norm *rp_cpu_norm_prepare(const rp_problem *p, const 
  * 2^-150 at most, is then negligible against v), half the float64 conversions and additions. */
 static inline double rp_cpu_mean_square(const float *y, int64_t D, int pairs)
 {
-    double acc[16] = {0}, sum;
+    double acc[16] = {0};
     int64_t i = 0;
-    if (pairs) {
+    if (pairs)
         for (; i + 16 <= D; i += 16)
             for (int l = 0; l < 8; l++)
                 acc[l] += (double)fmaf(y[i + 8 + l], y[i + 8 + l], y[i + l] * y[i + l]);
-        for (; i < D; i++)
-            acc[0] += (double)y[i] * (double)y[i];
-        sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    } else {
+    else
         for (; i + 16 <= D; i += 16)
             for (int l = 0; l < 16; l++)
                 acc[l] += (double)y[i + l] * (double)y[i + l];
-        for (; i < D; i++)
-            acc[0] += (double)y[i] * (double)y[i];
-        sum = (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))) +
-              (((acc[8] + acc[9]) + (acc[10] + acc[11])) + ((acc[12] + acc[13]) + (acc[14] + acc[15])));
-    }
+    for (; i < D; i++)
+        acc[0] += (double)y[i] * (double)y[i];
+    const double low = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    const double sum =
+        pairs ? low : low + (((acc[8] + acc[9]) + (acc[10] + acc[11])) + ((acc[12] + acc[13]) + (acc[14] + acc[15])));
     /* sum / D, by the exact reciprocal where D is a power of two (the same value, no division) */
     return (D & (D - 1)) == 0 ? sum * (1.0 / (double)D) : sum / (double)D;
+}
+
+/* Whether a head whose sum / D + eps is v takes the float32 path (n->float32: 16-bit inputs and
+ * weights it can take; false for a NaN v). */
+static inline int rp_cpu_norm_float32(const rp_cpu_norm *n, double v)
+{
+    return n->float32 && v >= 0x1p-100 && v < 0x1p64;
 }
 
 /* v = sum / D + eps of one head row src (dtype dt), which is left in y widened to float32. The
@@ -160,16 +164,9 @@ static inline double rp_cpu_norm_v(const rp_problem *p, const rp_cpu_norm *n, rp
     const int64_t D = p->head_dim;
     rp_cpu_widen_row(dt, src, D, y);
     const double v = rp_cpu_mean_square(y, D, n->float32) + p->norm_eps;
-    if (n->float32 && !(v >= 0x1p-100 && v < 0x1p64))
+    if (n->float32 && !rp_cpu_norm_float32(n, v))
         return rp_cpu_mean_square(y, D, 0) + p->norm_eps;
     return v;
-}
-
-/* Whether a head whose sum / D + eps is v takes the float32 path (n->float32: 16-bit inputs and
- * weights it can take; false for a NaN v). */
-static inline int rp_cpu_norm_float32(const rp_cpu_norm *n, double v)
-{
-    return n->float32 && v >= 0x1p-100 && v < 0x1p64;
 }
 
 /* The float32 path's first factor, float32(rstd) 2^39, of rstd = 1 / sqrt(v). */

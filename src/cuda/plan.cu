@@ -115,9 +115,9 @@ int rp_cuda_plan_complete(const rp_problem *p, rp_parts parts, rp_cuda_plan *pla
  * at least NORM_DECODE_BLOCK_THREADS threads, the fewest warps on the busiest multiprocessor
  * (T x chunks blocks over sms), ties to fewer chunks; must_fit: only where every block is resident
  * at once (limit, the kernel's launch bound, is also the threads a multiprocessor holds: the bound
- * caps its registers at 65536 / limit). Qwen3-8B on the H200 (cuda-h200-stop31-qknorm-ab*.log): three chunks at T = 1 and 16,
- * two at 64, one at 128, each the fastest or within 1% of it among 1, 2, 3 and 6; three at
- * T = 133-176. */
+ * caps its registers at 65536 / limit). Qwen3-8B on the H200 (cuda-h200-stop31-qknorm-ab*.log):
+ * three chunks at T = 1 and 16, two at 64, one at 128, each the fastest or within 1% of it among
+ * 1, 2, 3 and 6; three at T = 133-176. */
 static long long norm_decode_heads(long long T, long long sms, long long heads, long long gb, long long limit,
                                    int must_fit)
 {
@@ -233,8 +233,8 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
          * of them serving two in turn: 8.47 us, now 6.42; 24-34% faster wherever it applies
          * (16/8/256, 28/4/128, 12/4/128, 32/4/64). The plain calls it would change ran up to
          * 44% slower (gpt-j-6b and DeepSeek-V3 MLA at T = 529-633): cuda-h100-stop33-plan-ab.log */
-        const long long tokens_per_sm = div_up(T, sms);
         hy = prefill_heads(hy, heads, gb, sms * limit / T);
+        const long long tokens_per_sm = div_up(T, sms);
         if (norm && tokens_per_sm * hy * gb > limit)
             hy = prefill_heads(hy, heads, gb, limit / tokens_per_sm);
         if (T >= DEEP_CALL_TOKENS_PER_SM * sms && hy * gb % 32 != 0) {
