@@ -116,7 +116,7 @@ static rp_status check_scale(const rp_rope_pool_args *a, const char *name, doubl
     if (scale != 0.0 && !(isfinite(scale) && scale > 0.0))
         return rp_fail(err, bad, "%s must be a positive finite number (0 = 1.0), got %g", name, scale);
     if (scale != 0.0 && !scale_usable(scale))
-        return rp_fail(err, bad, "%s %g is outside [%g, %g]: the kernels multiply by 1 / %s in float32, which must "
+        return rp_fail(err, bad, "%s %.9g is outside [%.9g, %.9g]: the kernels multiply by 1 / %s in float32, which must "
                        "be a normal float32", name, scale, RP_SCALE_MIN, RP_SCALE_MAX, name);
     if (!is_fp8(fmt) && scale != 0.0 && scale != 1.0)
         return rp_fail(err, bad, "%s %g needs fp8 pools: k_pool and v_pool are %s, which take no scale",
@@ -241,7 +241,7 @@ static rp_status check_variant(const rp_rope_pool_args *a, rp_err *err)
     /* The kernels hold s * cos and s * sin as float32: beyond FLT_MAX they overflow, below FLT_MIN
      * they lose the bits the error bound counts on (it scales with s). */
     if (a->attention_scaling != 0.0 && !(a->attention_scaling >= FLT_MIN && a->attention_scaling <= FLT_MAX))
-        return rp_fail(err, bad, "attention_scaling %g is outside float32's normal range [%g, %g], in which "
+        return rp_fail(err, bad, "attention_scaling %.9g is outside float32's normal range [%.9g, %.9g], in which "
                        "the kernels scale cos and sin", a->attention_scaling, (double)FLT_MIN, (double)FLT_MAX);
     const int32_t *sec = a->mrope_section;
     if (sec[0] < 0 || sec[1] < 0 || sec[2] < 0)
@@ -646,7 +646,7 @@ static rp_status read_host_scale(const char *name, const float *ptr, double *sca
         return rp_fail(err, RP_ERR_INVALID_ARGUMENT,
                        "%s_ptr points to %g: the scale must be a positive finite number", name, (double)value);
     if (!scale_usable(value))
-        return rp_fail(err, RP_ERR_INVALID_ARGUMENT, "%s_ptr points to %g, outside [%g, %g]: the kernels multiply "
+        return rp_fail(err, RP_ERR_INVALID_ARGUMENT, "%s_ptr points to %.9g, outside [%.9g, %.9g]: the kernels multiply "
                        "by 1 / %s in float32, which must be a normal float32", name, (double)value, RP_SCALE_MIN,
                        RP_SCALE_MAX, name);
     *scale = value;

@@ -198,9 +198,9 @@ static void test_rope_variant_fields_name_the_value(void)
            "attention_scaling must be positive and finite (0 = 1.0), got inf");
     /* s * cos and s * sin are float32 in every kernel: s must be a normal float32 */
     EXPECT(scaling_past_float32, RP_ERR_INVALID_ARGUMENT, "attention_scaling 1e+39 is outside float32's normal "
-           "range [1.17549e-38, 3.40282e+38], in which the kernels scale cos and sin");
+           "range [1.17549435e-38, 3.40282347e+38], in which the kernels scale cos and sin");
     EXPECT(scaling_float32_subnormal, RP_ERR_INVALID_ARGUMENT, "attention_scaling 1e-40 is outside float32's normal "
-           "range [1.17549e-38, 3.40282e+38], in which the kernels scale cos and sin");
+           "range [1.17549435e-38, 3.40282347e+38], in which the kernels scale cos and sin");
 }
 
 /* rotary_dim R reads inv_freq[0 .. R/2) only: what lies past it is not the call's business. */

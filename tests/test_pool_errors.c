@@ -241,11 +241,11 @@ static void test_fp8_format_and_scale_errors(void)
     EXPECT(k_scale_negative, bad, "k_scale must be a positive finite number (0 = 1.0), got -1");
     EXPECT(k_scale_nan, bad, "k_scale must be a positive finite number (0 = 1.0), got nan");
     EXPECT(v_scale_inf, bad, "v_scale must be a positive finite number (0 = 1.0), got inf");
-    EXPECT(k_scale_tiny, bad, "k_scale 1e-39 is outside [2.93874e-39, 8.50706e+37]: the kernels multiply by "
+    EXPECT(k_scale_tiny, bad, "k_scale 1e-39 is outside [2.93873605e-39, 8.50705917e+37]: the kernels multiply by "
            "1 / k_scale in float32, which must be a normal float32");
-    EXPECT(v_scale_huge, bad, "v_scale 1e+38 is outside [2.93874e-39, 8.50706e+37]: the kernels multiply by "
+    EXPECT(v_scale_huge, bad, "v_scale 1e+38 is outside [2.93873605e-39, 8.50705917e+37]: the kernels multiply by "
            "1 / v_scale in float32, which must be a normal float32");
-    EXPECT(scale_ptr_tiny, bad, "k_scale_ptr points to 1.4013e-45, outside [2.93874e-39, 8.50706e+37]: the "
+    EXPECT(scale_ptr_tiny, bad, "k_scale_ptr points to 1.40129846e-45, outside [2.93873605e-39, 8.50705917e+37]: the "
            "kernels multiply by 1 / k_scale in float32, which must be a normal float32");
     EXPECT(scale_and_ptr, bad, "k_scale 0.5 and k_scale_ptr are both given: pass one (k_scale = 0 with a pointer)");
     EXPECT(scale_ptr_zero, bad, "v_scale_ptr points to 0: the scale must be a positive finite number");

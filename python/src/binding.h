@@ -49,6 +49,8 @@ int rpy_torch_current_stream(int device, void **stream);
 int rpy_torch_is_capturing(void);
 /* The index of torch's current CUDA device, or -1 with an exception. */
 int rpy_torch_current_device(void);
+/* How torch tensors are read: "native", "exchange" or "surface"; NULL while torch is not imported. */
+const char *rpy_torch_reader(void);
 
 /* ---- contexts --------------------------------------------------------------------------------- */
 

@@ -230,6 +230,9 @@ static int scalar_arguments(PyObject *const values[NUM_PARAMS], rp_rope_pool_arg
     if (values[P_ATTENTION_SCALING] != NULL && a->attention_scaling == 0.0)
         return rpy_refuse("attention_scaling must be positive and finite (default 1.0), got %R",
                           values[P_ATTENTION_SCALING]);
+    if (values[P_NORM_EPS] != NULL && a->norm_eps == 0.0)
+        return rpy_refuse("norm_eps must be a positive finite number (None = 1e-6 with a QK-norm weight), got %R",
+                          values[P_NORM_EPS]);
     /* The library reads a zero section as "no mRoPE"; from Python, None is that. */
     const int32_t *sec = a->mrope_section;
     if (values[P_MROPE_SECTION] != NULL && sec[0] == 0 && sec[1] == 0 && sec[2] == 0)
@@ -297,6 +300,14 @@ static const rpy_framework *array_arguments(PyObject *const values[NUM_PARAMS], 
     return fw;
 }
 
+/* Whether the head_dim keyword is q's last dimension. Where it is not, the library refuses q's
+ * shape first, and the arrays sized by head_dim (inv_freq, the norm weights) are left unread:
+ * checked against a wrong head_dim they would blame themselves, or ask for 2^40 entries. */
+static int head_dim_is_qs(const rp_rope_pool_args *a)
+{
+    return a->q.ndim == 3 && a->q.shape[2] == a->head_dim;
+}
+
 /* inv_freq into freqs (the caller's buffer of `capacity` doubles, or one allocated here and
  * returned in *owned). Its length is rotary_dim/2; with a rotary_dim the library will refuse,
  * inv_freq is left NULL so that the library's message about rotary_dim is the one reported. */
@@ -305,7 +316,7 @@ static int frequency_argument(PyObject *obj, rp_rope_pool_args *a, double *freqs
     *owned = NULL;
     a->inv_freq = NULL;
     const int64_t R = a->rotary_dim ? a->rotary_dim : a->head_dim;
-    if (obj == NULL || R <= 0 || R % 2 != 0 || R > a->head_dim)
+    if (obj == NULL || R <= 0 || R % 2 != 0 || R > a->head_dim || !head_dim_is_qs(a))
         return 0;
     if (R / 2 > capacity && (freqs = *owned = PyMem_Malloc((size_t)(R / 2) * sizeof(double))) == NULL) {
         PyErr_NoMemory();
@@ -328,7 +339,7 @@ static int norm_arguments(const rpy_framework *fw, PyObject *const values[NUM_PA
     int32_t *dtype[2] = {&a->q_norm_weight_dtype, &a->k_norm_weight_dtype};
     for (int i = 0; i < 2; i++) {
         rp_tensor w;
-        if (values[index[i]] == NULL)
+        if (values[index[i]] == NULL || !head_dim_is_qs(a))
             continue;
         if (array_argument(fw, values, index[i], &w) < 0)
             return -1;
@@ -509,17 +520,18 @@ static int prepare_arguments(PyObject *const values[NUM_PARAMS], prepared_call *
         return -1;
     stamp(stamps, ST_ARRAYS);
     if (fw->check_autograd != NULL) {
-        PyObject *objs[NUM_ARRAYS + 4];
-        const char *names[NUM_ARRAYS + 4];
-        /* q, k, v and the norm weights read; the pools and the caller's outputs written.
-         * positions and slots are integer tensors, which cannot require grad. */
-        static const int checked[] = {P_Q, P_K, P_V, P_Q_NORM_WEIGHT, P_K_NORM_WEIGHT, P_K_POOL, P_V_POOL,
-                                      P_Q_OUT, P_K_OUT};
+        PyObject *objs[NUM_ARRAYS + 7];
+        const char *names[NUM_ARRAYS + 7];
+        /* q, k, v, the norm weights, inv_freq and the scales read (the last three may be no
+         * tensors at all); the pools and the caller's outputs written. positions and slots are
+         * integer tensors, which cannot require grad. */
+        static const int checked[] = {P_Q, P_K, P_V, P_Q_NORM_WEIGHT, P_K_NORM_WEIGHT, P_INV_FREQ, P_K_SCALE,
+                                      P_V_SCALE, P_K_POOL, P_V_POOL, P_Q_OUT, P_K_OUT};
         int n = 0, num_read = 0;
         for (size_t i = 0; i < sizeof checked / sizeof checked[0]; i++)
             if (values[checked[i]] != NULL) {
                 objs[n] = values[checked[i]], names[n++] = param_names[checked[i]];
-                num_read += i < 5;
+                num_read += i < 8;
             }
         if (fw->check_autograd(objs, names, num_read, n) < 0)
             return -1;

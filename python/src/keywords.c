@@ -23,6 +23,11 @@ int rpy_integer(PyObject *obj, const char *name, long long lo, long long hi, lon
     }
     *out = PyLong_AsLongLong(obj);
     if (*out == -1 && PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) { /* an index type that refuses: a 1-element array */
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "%s must be an int, got %.200s", name, Py_TYPE(obj)->tp_name);
+            return -1;
+        }
         if (!PyErr_ExceptionMatches(PyExc_OverflowError))
             return -1;
         PyErr_Clear();
@@ -187,6 +192,15 @@ static int64_t element_count(const rp_tensor *t)
     return n;
 }
 
+/* A tensor with elements but no data (torch's efficient zero tensors) cannot be read. */
+static int has_data(const rp_tensor *t, const char *name)
+{
+    if (t->data != NULL || element_count(t) == 0)
+        return 1;
+    rpy_refuse("%s data is NULL but it has %lld elements", name, (long long)element_count(t));
+    return 0;
+}
+
 /* Element i of a 1-D float32/float64 host tensor, exactly as a double. */
 static double host_element(const rp_tensor *t, int64_t i)
 {
@@ -220,6 +234,8 @@ int rpy_scale(PyObject *obj, const char *name, rp_device device, double *value, 
             return -1;
         return explicit_scale(name, *value);
     }
+    if (!has_data(&t, name))
+        return -1;
     const int host = t.device.type == RP_DEVICE_CPU;
     if (element_count(&t) != 1 || (t.dtype != RP_F32 && (t.dtype != RP_F64 || !host)))
         return rpy_refuse("%s must be a number or a one-element float32 array (float64 on the host), got %lld "
@@ -278,6 +294,8 @@ int rpy_inv_freq(PyObject *obj, int64_t count, double *out)
         if (dtype != NULL)
             rpy_refuse("inv_freq must hold float32 or float64 values, got dtype %S", dtype);
         Py_XDECREF(dtype);
+        result = -1;
+    } else if (!has_data(&t, "inv_freq")) {
         result = -1;
     } else if (t.ndim != 1 || t.shape[0] != count) {
         PyObject *shape = PyObject_GetAttrString(host, "shape");

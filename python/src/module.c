@@ -118,6 +118,16 @@ static PyObject *check_cuda(PyObject *module, PyObject *args, PyObject *kwargs)
     Py_RETURN_NONE;
 }
 
+static PyObject *torch_reader(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    const char *reader = rpy_torch_reader();
+    if (reader == NULL)
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(reader);
+}
+
 static PyMethodDef methods[] = {
     {"rope_pool_fused", (PyCFunction)(void (*)(void))rpy_rope_pool_fused, METH_FASTCALL | METH_KEYWORDS,
      rpy_rope_pool_fused_doc},
@@ -135,6 +145,11 @@ static PyMethodDef methods[] = {
      "Developer's tool (python -m ropepool.bench --profile): the mean ns per stage of the\n"
      "rope_pool_fused calls made since the last _profile() call while profiling was on, as a dict;\n"
      "then resets and turns profiling on (enable true) or off."},
+    {"_torch_reader", torch_reader, METH_NOARGS,
+     "_torch_reader($module, /)\n--\n\n"
+     "How the binding reads torch tensors: \"native\" (ropepool._ropepool_torch, built against the\n"
+     "running torch), \"exchange\" (DLPack's C exchange API), \"surface\" (the tensor's Python\n"
+     "attributes), or None while torch is not imported."},
     {"version", version, METH_NOARGS,
      "version($module, /)\n--\n\nThe version of the loaded libropepool, \"MAJOR.MINOR.PATCH\"."},
     {"cpu_kernel", cpu_kernel, METH_NOARGS,

@@ -10,6 +10,11 @@
  *    torch.Tensor.__dlpack_c_exchange_api__: C calls that describe a tensor, allocate a new one and
  *    name the current CUDA stream, with no Python object in between (torch_dlpack.c). Used for
  *    torch.Tensor and nn.Parameter objects.
+ *  - Where the extension ropepool._ropepool_torch was built against the running torch
+ *    (torch/native.cpp), its C++ functions read plain tensors and parameters instead: describing a
+ *    tensor, its negative bit, requires_grad, the version bump and fresh outputs, without Python
+ *    calls. The exchange API still names the stream and wraps outputs on fresh_memory.c's
+ *    blocks; ROPEPOOL_TORCH_NATIVE=0 turns the extension off.
  *  - The tensor's Python surface (torch_surface.c); outputs from torch.empty_like. Used for other
  *    Tensor subclasses (so that their __torch_function__ is honoured), and for every tensor when
  *    torch lacks the exchange API or ROPEPOOL_TORCH_EXCHANGE=0 is set.
@@ -17,6 +22,7 @@
  */
 #include "dlpack.h"
 #include "torch.h"
+#include "torch/native.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -25,11 +31,14 @@ static PyObject *torch_module;
 static PyTypeObject *tensor_type;             /* torch.Tensor */
 static PyTypeObject *parameter_type;          /* torch.nn.Parameter, or NULL */
 static const rpy_DLPackExchangeAPI *exchange; /* NULL: every tensor goes through its Python surface */
+static const rpy_torch_native *native;        /* NULL: the extension is not built for this torch, or off */
 static PyObject *empty_like_fn;               /* torch.empty_like */
 static PyObject *contiguous_format;           /* torch.contiguous_format */
 static PyObject *memory_format_kw;            /* ("memory_format",) */
 static PyObject *is_neg_fn;                   /* torch.Tensor.is_neg (a method descriptor) */
 static PyObject *is_grad_enabled_fn;          /* torch._C.is_grad_enabled */
+static PyObject *is_inference_fn;             /* torch.Tensor.is_inference (a method descriptor) */
+static PyObject *inference_mode_fn;           /* torch._C.is_inference_mode_enabled */
 static PyObject *increment_version_fn;        /* torch._C._increment_version (takes a tuple) */
 static PyObject *requires_grad_attr, *is_leaf_attr; /* the getset descriptors, or NULL */
 
@@ -51,10 +60,24 @@ static PyObject *attr_path(PyObject *obj, const char *dotted)
     return obj;
 }
 
-static int exchange_allowed(void)
+static int allowed(const char *variable)
 {
-    const char *setting = getenv("ROPEPOOL_TORCH_EXCHANGE");
+    const char *setting = getenv(variable);
     return setting == NULL || strcmp(setting, "0") != 0;
+}
+
+/* The extension's table, or NULL (not built, built against another torch, or turned off). */
+static const rpy_torch_native *load_native(void)
+{
+    PyObject *module = PyImport_ImportModule("ropepool._ropepool_torch");
+    PyObject *capsule = module ? PyObject_GetAttrString(module, "api") : NULL;
+    const rpy_torch_native *table = NULL;
+    if (capsule != NULL && PyCapsule_IsValid(capsule, RPY_TORCH_NATIVE_CAPSULE))
+        table = PyCapsule_GetPointer(capsule, RPY_TORCH_NATIVE_CAPSULE);
+    Py_XDECREF(capsule);
+    Py_XDECREF(module); /* sys.modules keeps it, and the table with it */
+    PyErr_Clear();
+    return table != NULL && table->abi == RPY_TORCH_NATIVE_ABI ? table : NULL;
 }
 
 /* 1 once torch is imported and its objects are cached; 0 while it is not (never raises). */
@@ -84,14 +107,17 @@ static int find_torch(void)
     if (parameter_type == NULL)
         Py_XDECREF(parameter);
     PyErr_Clear(); /* a torch without nn.Parameter: every subclass takes the Python surface */
-    exchange = exchange_allowed() ? rpy_dlpack_exchange_api(tensor) : NULL;
+    exchange = allowed("ROPEPOOL_TORCH_EXCHANGE") ? rpy_dlpack_exchange_api(tensor) : NULL;
     /* Autograd and the negative bit, looked up once; a torch without one of them skips its check. */
     is_neg_fn = PyObject_GetAttrString(tensor, "is_neg");
     is_grad_enabled_fn = attr_path(torch, "_C.is_grad_enabled");
+    is_inference_fn = PyObject_GetAttrString(tensor, "is_inference");
+    inference_mode_fn = attr_path(torch, "_C.is_inference_mode_enabled");
     increment_version_fn = attr_path(torch, "_C._increment_version");
     requires_grad_attr = PyObject_GetAttrString(tensor, "requires_grad");
     is_leaf_attr = PyObject_GetAttrString(tensor, "is_leaf");
     PyErr_Clear();
+    native = exchange != NULL && allowed("ROPEPOOL_TORCH_NATIVE") ? load_native() : NULL;
     torch_module = torch;
     empty_like_fn = empty_like;
     contiguous_format = contiguous;
@@ -109,6 +135,16 @@ static int torch_is_array(PyObject *obj)
 static int exchange_reads(PyObject *obj)
 {
     return exchange != NULL && (Py_TYPE(obj) == tensor_type || Py_TYPE(obj) == parameter_type);
+}
+
+static int native_reads(PyObject *obj)
+{
+    return native != NULL && exchange_reads(obj);
+}
+
+const char *rpy_torch_reader(void)
+{
+    return !find_torch() ? NULL : native ? "native" : exchange ? "exchange" : "surface";
 }
 
 /* ---- the framework ------------------------------------------------------------------------------- */
@@ -141,13 +177,19 @@ static int torch_to_tensor(PyObject *obj, const char *name, rp_tensor *t)
 {
     /* A tensor with the negative bit (x.conj().imag, torch._neg_view) holds -x in its memory
      * and the sign in its metadata: read or written as raw memory it would be wrong. */
-    const int negative = tensor_flag(is_neg_fn, obj);
+    int negative = 0, described = 0;
+    if (native_reads(obj))
+        described = native->describe(obj, t, &negative);
+    else
+        negative = tensor_flag(is_neg_fn, obj);
     if (negative != 0) {
         if (negative > 0)
             rpy_refuse("%s has its negative bit set (a lazy view such as x.conj().imag), which ropepool "
                        "cannot read or write as memory: pass %s.resolve_neg()", name, name);
         return -1;
     }
+    if (described)
+        return 0;
     if (!exchange_reads(obj))
         return rpy_torch_read_surface(obj, name, t);
     if (rpy_dlpack_to_tensor(exchange, obj, t) < 0)
@@ -161,18 +203,51 @@ static int torch_to_tensor(PyObject *obj, const char *name, rp_tensor *t)
  * grad link (the call has no backward), and a tensor written in place that requires grad is
  * refused as torch refuses a leaf in an in-place op. Under torch.no_grad() / inference_mode()
  * both are fine, as they are for torch's ops. */
-static int torch_check_autograd(PyObject *const *objs, const char *const *names, int num_read, int num)
+/* 1 if torch's no-argument function fn (a mode: grad, inference) returns True, 0 if not, -1 on
+ * error. */
+static int torch_mode(PyObject *fn)
 {
-    if (is_grad_enabled_fn == NULL || requires_grad_attr == NULL)
-        return 0;
-    PyObject *enabled = PyObject_Vectorcall(is_grad_enabled_fn, NULL, 0, NULL);
+    PyObject *enabled = PyObject_Vectorcall(fn, NULL, 0, NULL);
     if (enabled == NULL)
         return -1;
     Py_DECREF(enabled);
-    if (enabled != Py_True)
+    return enabled == Py_True;
+}
+
+/* 1 if obj is an inference tensor and inference mode is off, 0 if not, -1 on error. */
+static int inference_locked(PyObject *obj)
+{
+    if (native_reads(obj))
+        return native->inference_locked(obj);
+    const int inference = tensor_flag(is_inference_fn, obj);
+    if (inference <= 0 || inference_mode_fn == NULL)
+        return inference;
+    const int mode = torch_mode(inference_mode_fn);
+    return mode < 0 ? -1 : !mode;
+}
+
+static int torch_check_autograd(PyObject *const *objs, const char *const *names, int num_read, int num)
+{
+    /* torch refuses an in-place update of an inference tensor outside inference mode (it has no
+     * version counter): so does this call, before anything is written */
+    for (int i = num_read; i < num; i++) {
+        const int locked = inference_locked(objs[i]);
+        if (locked < 0)
+            return -1;
+        if (locked)
+            return rpy_refuse("%s is an inference tensor (made under torch.inference_mode()), which torch does not "
+                              "let an in-place operation update outside inference mode: call rope_pool_fused under "
+                              "torch.inference_mode() as well", names[i]);
+    }
+    if (native == NULL && (is_grad_enabled_fn == NULL || requires_grad_attr == NULL))
         return 0;
+    const int grad_mode = native != NULL ? native->grad_enabled() : torch_mode(is_grad_enabled_fn);
+    if (grad_mode <= 0)
+        return grad_mode;
     for (int i = 0; i < num; i++) {
-        const int requires_grad = tensor_flag(requires_grad_attr, objs[i]);
+        int native_leaf = 0;
+        const int requires_grad = native_reads(objs[i]) ? native->requires_grad(objs[i], &native_leaf)
+                                                        : tensor_flag(requires_grad_attr, objs[i]);
         if (requires_grad <= 0) {
             if (requires_grad < 0)
                 return -1;
@@ -182,7 +257,7 @@ static int torch_check_autograd(PyObject *const *objs, const char *const *names,
             return rpy_refuse("%s requires grad, but rope_pool_fused has no backward (its outputs would not be "
                               "connected to %s's graph): call it under torch.no_grad() or torch.inference_mode(), "
                               "or pass %s.detach()", names[i], names[i], names[i]);
-        const int leaf = tensor_flag(is_leaf_attr, objs[i]);
+        const int leaf = native_reads(objs[i]) ? native_leaf : tensor_flag(is_leaf_attr, objs[i]);
         if (leaf < 0)
             return -1;
         if (leaf)
@@ -199,6 +274,11 @@ static int torch_check_autograd(PyObject *const *objs, const char *const *names,
  * own in-place ops (a tensor saved for backward and overwritten then raises at backward). */
 static int torch_mark_written(PyObject *const *objs, int num)
 {
+    int all_native = native != NULL;
+    for (int i = 0; i < num && all_native; i++)
+        all_native = native_reads(objs[i]);
+    if (all_native)
+        return native->bump_versions(objs, num);
     if (increment_version_fn == NULL)
         return 0;
     PyObject *tensors = PyTuple_New(num);
@@ -225,6 +305,8 @@ static PyObject *torch_empty_like(PyObject *like, const rp_tensor *like_tensor, 
         return NULL;
     if (block != NULL) {
         return rpy_dlpack_on_block(exchange, like_tensor, block, bytes, out);
+    } else if (native_reads(like) && like_tensor->device.type == RP_DEVICE_CPU) {
+        arr = native->empty_like(like, out);
     } else if (exchange_reads(like) && like_tensor->ndim <= RP_MAX_DIMS) {
         arr = rpy_dlpack_empty_like(exchange, like, like_tensor, out);
     } else {

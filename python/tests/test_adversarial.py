@@ -143,3 +143,85 @@ def test_readme_python_version_matches_the_package():
     with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
         stated = re.findall(r"Python ≥ ([0-9.]+)", f.read())
     assert stated and all(v == required for v in stated), (stated, required)
+
+
+# ---- stop 35's adversarial audit -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["inv_freq", "k_scale"])
+def test_a_host_tensor_without_data_is_refused_naming_it(ropepool, torch_fw, torch, name):
+    """torch's efficient zero tensors have elements but no memory: read as memory they crashed."""
+    if torch_fw.device != "cpu":
+        pytest.skip("efficient zero tensors on the host")
+    p = Problem(torch_fw)
+    count = p.D // 2 if name == "inv_freq" else 1
+    value = torch._efficientzerotensor((count,), dtype=torch.float64 if name == "inv_freq" else torch.float32)
+    expect_refusal(ropepool, torch_fw, p.arrays(), p.kwargs(**{name: value}),
+                   f"{name} data is NULL but it has {count} elements")
+
+
+@pytest.mark.parametrize("which", ["k_pool", "v_pool", "q_out"])
+def test_inference_tensors_are_written_only_in_inference_mode(ropepool, torch_fw, torch, which):
+    """As torch's in-place ops: an inference tensor has no version counter to bump, so outside
+    inference mode it is refused before anything is written; inside, it is written."""
+    p = Problem(torch_fw)
+    extra = {}
+    with torch.inference_mode():
+        made = getattr(p, which if which != "q_out" else "q").clone()
+    if which == "q_out":
+        extra["q_out"] = made
+    else:
+        setattr(p, which, made)
+    before = torch_fw.bits(made)
+    with pytest.raises(ropepool.RopePoolError) as info:
+        ropepool.rope_pool_fused(*p.arrays(), **p.kwargs(**extra))
+    assert str(info.value) == (
+        f"{which} is an inference tensor (made under torch.inference_mode()), which torch does not let an "
+        f"in-place operation update outside inference mode: call rope_pool_fused under torch.inference_mode() "
+        f"as well")
+    assert np.array_equal(before, torch_fw.bits(made))
+    snapshot = p.snapshot()
+    with torch.inference_mode():
+        result = ropepool.rope_pool_fused(*p.arrays(), **p.kwargs(**extra))
+    if which != "q_out":
+        check_call(p, snapshot, result)
+    else:
+        assert result[0] is made
+
+
+@pytest.mark.parametrize("name", ["inv_freq", "k_scale", "v_scale"])
+def test_a_frequency_or_scale_that_requires_grad_is_refused_with_grad_mode_on(ropepool, torch_fw, torch, name):
+    p = Problem(torch_fw)
+    value = (torch.full((p.D // 2,), 0.01, dtype=torch.float64) if name == "inv_freq"
+             else torch.ones(1, dtype=torch.float32)).requires_grad_()
+    expect_refusal(ropepool, torch_fw, p.arrays(), p.kwargs(**{name: value}),
+                   f"{name} requires grad, but rope_pool_fused has no backward (its outputs would not be connected "
+                   f"to {name}'s graph): call it under torch.no_grad() or torch.inference_mode(), or pass "
+                   f"{name}.detach()")
+    with torch.no_grad():
+        p.call(ropepool, **{name: value})
+
+
+@pytest.mark.parametrize("head_dim", [2**40, 32])
+@pytest.mark.parametrize("keyword", ["inv_freq", "q_norm_weight"])
+def test_a_head_dim_that_is_not_qs_is_reported_as_q_shape(ropepool, np_fw, head_dim, keyword):
+    """Arrays sized by head_dim are read only once head_dim agrees with q: checked against a wrong
+    one they blamed themselves, or asked for 2^39 doubles (a bare MemoryError)."""
+    p = Problem(np_fw)
+    value = np.ones(p.D // 2) if keyword == "inv_freq" else np.ones(p.D, np.float32)
+    expect_refusal(ropepool, np_fw, p.arrays(), p.kwargs(head_dim=head_dim, **{keyword: value}),
+                   f"q shape must be [num_tokens, num_qo_heads, head_dim], got ({p.T}, {p.Hq}, {p.D})")
+
+
+@pytest.mark.parametrize("name", ["head_dim", "rotary_dim", "threads"])
+def test_an_integer_keyword_given_as_an_array_is_named(ropepool, np_fw, name):
+    p = Problem(np_fw)
+    with pytest.raises(TypeError, match=f"^{name} must be an int, got numpy.ndarray$"):
+        p.call(ropepool, **{name: np.array([p.D])})
+
+
+def test_an_explicit_zero_norm_eps_is_refused(ropepool, np_fw):
+    """0 is C's "not set": from Python it would have been ignored without a weight."""
+    p = Problem(np_fw)
+    expect_refusal(ropepool, np_fw, p.arrays(), p.kwargs(norm_eps=0.0),
+                   "norm_eps must be a positive finite number (None = 1e-6 with a QK-norm weight), got 0.0")

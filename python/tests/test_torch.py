@@ -1,6 +1,9 @@
 """What only torch tensors have: devices and layouts ropepool does not take, parameters and
-subclasses, inference mode, and the two ways the binding reads tensors (DLPack's C exchange API and
-the tensor's Python surface, forced with ROPEPOOL_TORCH_EXCHANGE=0)."""
+subclasses, inference mode, and the three ways the binding reads tensors (torch's C++ API through
+ropepool._ropepool_torch where it is built, DLPack's C exchange API, forced with
+ROPEPOOL_TORCH_NATIVE=0, and the tensor's Python surface, forced with ROPEPOOL_TORCH_EXCHANGE=0)."""
+
+import importlib.util
 
 import os
 import subprocess
@@ -84,13 +87,32 @@ def test_inputs_that_require_grad_are_read_under_no_grad(ropepool, torch_fw, tor
         check_call(p, before, p.call(ropepool))
 
 
+NATIVE_BUILT = importlib.util.find_spec("ropepool._ropepool_torch") is not None
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="runs a second pytest")
-def test_suite_passes_through_the_python_surface_as_well(torch_fw):
-    """The same torch tests, with the DLPack exchange API turned off."""
-    files = [os.path.join(TESTS_DIR, f) for f in ("test_seed_errors.py", "test_accuracy.py", "test_torch.py")]
+@pytest.mark.parametrize("switch", ["ROPEPOOL_TORCH_EXCHANGE", "ROPEPOOL_TORCH_NATIVE"])
+def test_suite_passes_through_the_other_readers_as_well(torch_fw, switch):
+    """The same torch tests with the native extension turned off (DLPack's exchange API reads the
+    tensors), and with the exchange API turned off too (the Python surface reads them)."""
+    names = ["test_seed_errors.py", "test_accuracy.py", "test_torch.py", "test_adversarial.py"]
+    if switch == "ROPEPOOL_TORCH_NATIVE":
+        names.append("test_outputs.py")  # the output cache (fresh_memory.c) serves the exchange API's tensors
+    files = [os.path.join(TESTS_DIR, f) for f in names]
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not cuda", "-k",
-         "torch and not python_surface_as_well", *files],
-        env=dict(os.environ, ROPEPOOL_TORCH_EXCHANGE="0"), capture_output=True, text=True, timeout=600)
+         "torch and not other_readers_as_well", *files],
+        env=dict(os.environ, **{switch: "0"}), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert " passed" in done.stdout and " failed" not in done.stdout
+
+
+def test_the_reader_is_the_one_chosen(ropepool, torch):
+    """Where ropepool._ropepool_torch is built (against this torch), it reads the tensors; the
+    switches choose the slower readers, and the suite above runs under each."""
+    expected = ("surface" if os.environ.get("ROPEPOOL_TORCH_EXCHANGE") == "0" else
+                "exchange" if os.environ.get("ROPEPOOL_TORCH_NATIVE") == "0" or not NATIVE_BUILT else "native")
+    assert ropepool._ropepool._torch_reader() == expected
+    if NATIVE_BUILT:
+        from ropepool import _ropepool_torch
+        assert _ropepool_torch.torch_version == torch.__version__

@@ -124,9 +124,9 @@ def test_variants_in_place_and_into_caller_outputs(ropepool, fw, is_neox):
      "got 'no'"),
     # s * cos and s * sin are float32 in the kernels: s must be a normal float32.
     (dict(attention_scaling=1e39), "attention_scaling 1e+39 is outside float32's normal range "
-     "[1.17549e-38, 3.40282e+38], in which the kernels scale cos and sin"),
+     "[1.17549435e-38, 3.40282347e+38], in which the kernels scale cos and sin"),
     (dict(attention_scaling=1e-40), "attention_scaling 1e-40 is outside float32's normal range "
-     "[1.17549e-38, 3.40282e+38], in which the kernels scale cos and sin"),
+     "[1.17549435e-38, 3.40282347e+38], in which the kernels scale cos and sin"),
 ])
 def test_bad_variant_values_are_named(ropepool, fw, kwargs, message):
     p = Problem(fw, D=64)
