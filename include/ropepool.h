@@ -336,11 +336,15 @@ typedef struct rp_rope_pool_args {
  * s * (|x[a]| + |x[b]|) stays below the float32 maximum, 3.4e38; beyond it a float32 product may
  * overflow to infinity though the float64 result is finite). The pass-through
  * dims R..D-1 of q_rot, k_rot and k_pool, and v into v_pool, are copied bit for bit. The same
- * inputs give bit-identical outputs for any thread count.
+ * inputs give bit-identical outputs for any thread count. CPU calls compute in the default
+ * floating-point mode whatever the calling thread's (a flush-to-zero, denormals-are-zero or
+ * rounding mode it set applies neither to the call nor to its worker threads), and restore it.
  *
  * QK-norm numerics: the sum of the D squares is accumulated in float64 (each square of a float32
  * is exact there), 1 / sqrt(sum / D + eps) and the factor (w[i] + offset) are formed in float64,
- * and y[i] is rounded to float32 once. Every rotated output is then within one ulp of its dtype
+ * and y[i] is rounded to float32 once (a y beyond float32's maximum, which takes |w + offset| near
+ * 3.4e38 / sqrt(D), becomes infinite there though the float64 formula may be finite; the reference
+ * kernel keeps y in float64). Every rotated output is then within one ulp of its dtype
  * plus 10 * 2^-24 * s * (|y[a]| + |y[b]|) + s * 2^-148 of the float64 formula (y the float64
  * normalised value, no intermediate rounding; the last term covers normalised values below
  * float32's normal range, whose rounding is absolute), the pass-through dims within one ulp plus

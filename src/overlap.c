@@ -4,7 +4,8 @@
  * Comparing byte ranges alone would reject real layouts: k and v pools interleaved as
  * [P, 2, Hk, D], or q_rot = q and k_rot = k as in-place slices of one fused QKV buffer, have
  * intersecting ranges but disjoint elements. So when two views share their element size and
- * strides, we decide exactly whether some difference of indices d (|d_i| bounded by the shapes)
+ * strides (after dense inner dimensions are merged: k [T, Hk, D] beside a wider v [T, Hk, Dv] in
+ * one row buffer), we decide exactly whether some difference of indices d (|d_i| bounded by the shapes)
  * satisfies sum(d_i * stride_i) = offset between the two bases: a small search over dimensions
  * from the largest stride down, where each level admits only the few d_i that the inner
  * dimensions can still compensate. Views we cannot decide cheaply are reported as overlapping —
@@ -147,6 +148,32 @@ static int same_strides(const rp_tensor *a, const rp_tensor *b)
     return 1;
 }
 
+/* t with its dimensions of extent 1 dropped and each dimension merged into the one outside it
+ * where together they step evenly (outer stride = extent * inner stride): the same elements, in
+ * as few dimensions as they allow. k [T, Hk, D] and v [T, Hk, Dv] sliced side by side from one
+ * row buffer then both become [T, Hk * D] / [T, Hk * Dv] with strides (row, 1): comparable. */
+static rp_tensor collapsed(const rp_tensor *t)
+{
+    rp_tensor c = *t;
+    int n = 0;
+    for (int i = 0; i < t->ndim && i < RP_MAX_DIMS; i++) {
+        if (t->shape[i] == 1)
+            continue;
+        int64_t step, extent;
+        if (n > 0 && !__builtin_mul_overflow(t->shape[i], t->strides[i], &step) && c.strides[n - 1] == step &&
+            !__builtin_mul_overflow(c.shape[n - 1], t->shape[i], &extent)) {
+            c.shape[n - 1] = extent;
+            c.strides[n - 1] = t->strides[i];
+            continue;
+        }
+        c.shape[n] = t->shape[i];
+        c.strides[n] = t->strides[i];
+        n++;
+    }
+    c.ndim = n;
+    return c;
+}
+
 int rp_tensors_overlap(const rp_tensor *a, const rp_tensor *b)
 {
     rp_extent ea, eb;
@@ -156,8 +183,12 @@ int rp_tensors_overlap(const rp_tensor *a, const rp_tensor *b)
         return 1;
     if (ea.end <= eb.begin || eb.end <= ea.begin)
         return 0;
-    if (!same_strides(a, b))
-        return 1;
+    if (!same_strides(a, b)) {
+        const rp_tensor ca = collapsed(a), cb = collapsed(b);
+        if (a->ndim > RP_MAX_DIMS || b->ndim > RP_MAX_DIMS || !same_strides(&ca, &cb))
+            return 1;
+        return rp_tensors_overlap(&ca, &cb);
+    }
     const int64_t elem = (int64_t)rp_dtype_size((rp_dtype)a->dtype);
     const intptr_t delta = (intptr_t)((uintptr_t)b->data - (uintptr_t)a->data);
     if (delta % elem != 0)

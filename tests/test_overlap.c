@@ -106,6 +106,26 @@ static void test_different_strides_never_miss_an_overlap(void)
     }
 }
 
+/* Views whose strides differ but whose dense inner dimensions merge into the same strides (k
+ * [T, H, Da] and v [T, H, Db] side by side in rows of W elements) are decided exactly too. */
+static void test_views_that_collapse_to_equal_strides_decided_exactly(void)
+{
+    int overlapping = 0;
+    for (int iter = 0; iter < 20000; iter++) {
+        const int64_t T = 1 + (int64_t)(rng_next(&rng) % 4), H = 1 + (int64_t)(rng_next(&rng) % 3);
+        const int64_t da = 1 + (int64_t)(rng_next(&rng) % 5), db = 1 + (int64_t)(rng_next(&rng) % 5);
+        const int64_t W = H * (da > db ? da : db) + (int64_t)(rng_next(&rng) % 6);
+        int64_t sa[3] = {T, H, da}, sb[3] = {T, H, db}, ta[3] = {W, da, 1}, tb[3] = {W, db, 1};
+        rp_tensor a = view(0, 3, sa, ta), b = view((int64_t)(rng_next(&rng) % (2 * W)) - W, 3, sb, tb);
+        const int want = brute_overlap(&a, &b), got = rp_tensors_overlap(&a, &b);
+        overlapping += want;
+        CHECK(got == want, "iter %d: overlap %d, brute force %d", iter, got, want);
+        if (test_failures > 5)
+            return;
+    }
+    printf("  %d overlapping\n", overlapping);
+}
+
 static void test_self_overlap_decided_exactly(void)
 {
     for (int iter = 0; iter < 20000; iter++) {
@@ -139,6 +159,12 @@ static void test_real_layouts(void)
     rp_tensor q = view(0, 3, qs, st), kk = view(Hq * D, 3, ks, st), vv = view((Hq + Hk) * D, 3, ks, st);
     CHECK(!rp_tensors_overlap(&q, &kk) && !rp_tensors_overlap(&kk, &vv) && !rp_tensors_overlap(&q, &vv),
           "fused QKV slices reported overlapping");
+    /* k [T, Hk, D] and a wider v [T, Hk, 2D] (v_head_dim != head_dim) side by side: disjoint. */
+    int64_t vs[3] = {T, Hk, 2 * D}, vst[3] = {W + Hk * D, 2 * D, 1}, kst[3] = {W + Hk * D, D, 1};
+    rp_tensor k_mla = view(Hq * D, 3, ks, kst), v_mla = view((Hq + Hk) * D, 3, vs, vst);
+    CHECK(!rp_tensors_overlap(&k_mla, &v_mla), "k and a wider v side by side reported overlapping");
+    rp_tensor v_mla_early = view((Hq + Hk) * D - 1, 3, vs, vst);
+    CHECK(rp_tensors_overlap(&k_mla, &v_mla_early), "a wider v one element early must overlap k");
     rp_tensor q_wide = view(0, 3, (int64_t[3]){T, Hq + 1, D}, st);
     CHECK(rp_tensors_overlap(&q_wide, &kk), "a q one head too wide must overlap k");
     /* Layers of a [L, P, Hk, D] cache. */
@@ -156,6 +182,7 @@ int main(void)
 {
     RUN(test_equal_stride_views_decided_exactly);
     RUN(test_different_strides_never_miss_an_overlap);
+    RUN(test_views_that_collapse_to_equal_strides_decided_exactly);
     RUN(test_self_overlap_decided_exactly);
     RUN(test_real_layouts);
     return test_summary("test_overlap");

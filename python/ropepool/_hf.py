@@ -7,6 +7,7 @@ transformers' float32 arithmetic: the one implementation of the formulas, shared
 ``hf_rope_kwargs`` adds the pair style (libropepool's ``rp_hf_rope_style`` table) and mRoPE.
 """
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -42,6 +43,29 @@ _GEMMA3 = ("gemma3", "gemma3_text")
 
 def _error(message):
     return _ropepool.RopePoolError(message)
+
+
+def _integer(value, name, lowest=0):
+    """A config field as an int in [lowest, 2^62] (config.json may hold 4096.0), or RopePoolError
+    naming the field: int() of a NaN, a string or 2**70 would raise Python's bare errors."""
+    try:
+        result = int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise _error(f"config {name} must be an integer, got {value!r}") from None
+    if not lowest <= result <= 2**62:
+        raise _error(f"config {name} must be an integer in [{lowest}, 2^62], got {value!r}")
+    return result
+
+
+def _number(value, name):
+    """A config field as a finite float, or RopePoolError naming the field."""
+    try:
+        result = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise _error(f"config {name} must be a number, got {value!r}") from None
+    if not math.isfinite(result):
+        raise _error(f"config {name} must be finite, got {value!r}")
+    return result
 
 
 def _field(config, name, default=None):
@@ -123,7 +147,8 @@ def _rope_parameters(text, model_type, layer_type):
 def _head_and_rotary_dim(text, model_type, params):
     rope_head_dim = _field(text, "qk_rope_head_dim")
     if rope_head_dim is not None:  # DeepSeek MLA: only the qk_rope_head_dim part is rotated
-        return int(rope_head_dim), int(rope_head_dim)
+        rope_head_dim = _integer(rope_head_dim, "qk_rope_head_dim")
+        return rope_head_dim, rope_head_dim
     head_dim = _field(text, "kv_channels") if model_type == "chatglm" else _field(text, "head_dim")
     if head_dim is None:
         hidden = _field(text, "hidden_size", _field(text, "n_embd"))
@@ -131,14 +156,15 @@ def _head_and_rotary_dim(text, model_type, params):
         if hidden is None or heads is None:
             raise _error("the config has neither head_dim nor hidden_size and num_attention_heads "
                          "(n_embd and n_head)")
-        head_dim = int(hidden) // int(heads)
-    head_dim = int(head_dim)
+        head_dim = _integer(hidden, "hidden_size") // _integer(heads, "num_attention_heads", lowest=1)
+    head_dim = _integer(head_dim, "head_dim")
     if model_type in ("gptj", "codegen"):  # an absolute rotary_dim; GPTJConfig's default is 64
         rotary_dim = _field(text, "rotary_dim")
         if rotary_dim is None:  # an explicit null: the whole head
             rotary_dim = head_dim if _has_key(text, "rotary_dim") else 64
-        return head_dim, int(rotary_dim)
-    return head_dim, int(head_dim * float(params.get("partial_rotary_factor", 1.0)))
+        return head_dim, _integer(rotary_dim, "rotary_dim")
+    factor = _number(params.get("partial_rotary_factor", 1.0), "partial_rotary_factor")
+    return head_dim, _integer(head_dim * factor, "head_dim * partial_rotary_factor")
 
 
 def _has_key(config, name):
@@ -172,12 +198,12 @@ def _read(config, seq_len, layer_type):
         raise _error(f"rope type '{rope_type}' is not supported: ropepool reads "
                      f"{', '.join(_ROPE_TYPES)}")
     fields = {"rope_type": _ROPE_TYPES[rope_type], "rotary_dim": rotary_dim,
-              "rope_theta": float(params["rope_theta"]), "seq_len": _seq_len(seq_len)}
+              "rope_theta": _number(params["rope_theta"], "rope_theta"), "seq_len": _seq_len(seq_len)}
     max_pos = _field(text, "max_position_embeddings", _field(text, "n_positions"))
     if max_pos is not None:
-        fields["max_position_embeddings"] = int(max_pos)
+        fields["max_position_embeddings"] = _integer(max_pos, "max_position_embeddings")
     if rope_type in ("linear", "dynamic", "llama3"):
-        fields["factor"] = float(_required(params, rope_type, "factor"))
+        fields["factor"] = _number(_required(params, rope_type, "factor"), "rope_parameters['factor']")
     if rope_type == "dynamic" and max_pos is None:
         raise _error("rope type 'dynamic' needs max_position_embeddings, which the config does not have")
     if rope_type in ("yarn", "longrope", "llama3"):
@@ -188,27 +214,29 @@ def _read(config, seq_len, layer_type):
         if orig is None:
             raise _error(f"rope type '{rope_type}' needs original_max_position_embeddings (or "
                          "max_position_embeddings), which the config does not have")
-        fields["original_max_position_embeddings"] = int(orig)
+        fields["original_max_position_embeddings"] = _integer(orig, "original_max_position_embeddings")
     if rope_type == "yarn":
         if "factor" not in params:
             raise _error("rope type 'yarn' needs rope_parameters['factor'], which the config does not have")
         for name in ("factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim"):
             if params.get(name):  # None or 0: transformers derives or defaults it
-                fields[name] = float(params[name])
+                fields[name] = _number(params[name], f"rope_parameters['{name}']")
         fields["truncate"] = bool(params.get("truncate", True))
     if rope_type == "longrope":
         fields["short_factor"] = _required(params, rope_type, "short_factor")
         fields["long_factor"] = _required(params, rope_type, "long_factor")
         if params.get("factor") is not None:
-            fields["factor"] = float(params["factor"])
+            fields["factor"] = _number(params["factor"], "rope_parameters['factor']")
     if rope_type in ("yarn", "longrope") and params.get("attention_factor") is not None:
-        attention_factor = float(params["attention_factor"])
+        attention_factor = _number(params["attention_factor"], "rope_parameters['attention_factor']")
         if not attention_factor > 0:
             raise _error(f"rope_parameters['attention_factor'] must be > 0, got {attention_factor}")
         fields["attention_factor"] = attention_factor
     if rope_type == "llama3":
-        fields["low_freq_factor"] = float(_required(params, rope_type, "low_freq_factor"))
-        fields["high_freq_factor"] = float(_required(params, rope_type, "high_freq_factor"))
+        fields["low_freq_factor"] = _number(_required(params, rope_type, "low_freq_factor"),
+                                            "rope_parameters['low_freq_factor']")
+        fields["high_freq_factor"] = _number(_required(params, rope_type, "high_freq_factor"),
+                                             "rope_parameters['high_freq_factor']")
     return text, model_type, params, fields
 
 

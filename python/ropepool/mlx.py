@@ -73,8 +73,8 @@ def _integer(name, value, zero_refused=None, none_means="head_dim"):
         value = operator.index(value)
     except TypeError:
         raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
-    if value == 0 and zero_refused:
-        raise RopePoolError(f"{name} must be {zero_refused} (None = {none_means}), got 0")
+    if value <= 0 and zero_refused:  # the library's messages would offer C's 0 for the default
+        raise RopePoolError(f"{name} must be {zero_refused} (None = {none_means}), got {value}")
     return value
 
 
@@ -239,8 +239,8 @@ def rope_pool_fused(
     rotary_dim = _integer("rotary_dim", rotary_dim, zero_refused=">= 2")
     section, interleaved = _mrope(mrope_section, mrope_interleaved)
     attention_scaling = _number("attention_scaling", attention_scaling)
-    if attention_scaling == 0.0:  # the library's "not set" (1.0): refused, not read as the default
-        raise RopePoolError("attention_scaling must be positive and finite (default 1.0), got 0.0")
+    if not (math.isfinite(attention_scaling) and attention_scaling > 0.0):  # 0 is the library's "not set"
+        raise RopePoolError(f"attention_scaling must be positive and finite (default 1.0), got {attention_scaling!r}")
     return _ext.fused(
         q, k, v, positions, slots, k_pool, v_pool,
         head_dim, num_qo_heads, num_kv_heads, rope_base,

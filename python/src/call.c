@@ -15,6 +15,7 @@
 #include "binding.h"
 
 #include <limits.h>
+#include <math.h>
 #include <string.h>
 #include <time.h>
 
@@ -220,14 +221,15 @@ static int scalar_arguments(PyObject *const values[NUM_PARAMS], rp_rope_pool_arg
     a->rotary_dim = rotary_dim;
     a->v_head_dim = v_head_dim;
     /* In C a zero field means "not set"; from Python that is None, so an explicit 0 is a value the
-     * library cannot honour, refused rather than read as the default. */
-    if (values[P_THREADS] != NULL && threads == 0)
-        return rpy_refuse("threads must be >= 1 (None = the module's setting), got 0");
-    if (values[P_ROTARY_DIM] != NULL && rotary_dim == 0)
-        return rpy_refuse("rotary_dim must be >= 2 (None = head_dim), got 0");
-    if (values[P_V_HEAD_DIM] != NULL && v_head_dim == 0)
-        return rpy_refuse("v_head_dim must be positive (None = head_dim), got 0");
-    if (values[P_ATTENTION_SCALING] != NULL && a->attention_scaling == 0.0)
+     * library cannot honour, refused rather than read as the default. Negative values too: the
+     * library's message would offer C's 0 for the default. */
+    if (values[P_THREADS] != NULL && threads <= 0)
+        return rpy_refuse("threads must be >= 1 (None = the module's setting), got %lld", threads);
+    if (values[P_ROTARY_DIM] != NULL && rotary_dim <= 0)
+        return rpy_refuse("rotary_dim must be >= 2 (None = head_dim), got %lld", rotary_dim);
+    if (values[P_V_HEAD_DIM] != NULL && v_head_dim <= 0)
+        return rpy_refuse("v_head_dim must be positive (None = head_dim), got %lld", v_head_dim);
+    if (values[P_ATTENTION_SCALING] != NULL && !(isfinite(a->attention_scaling) && a->attention_scaling > 0.0))
         return rpy_refuse("attention_scaling must be positive and finite (default 1.0), got %R",
                           values[P_ATTENTION_SCALING]);
     if (values[P_NORM_EPS] != NULL && a->norm_eps == 0.0)

@@ -225,3 +225,24 @@ def test_an_explicit_zero_norm_eps_is_refused(ropepool, np_fw):
     p = Problem(np_fw)
     expect_refusal(ropepool, np_fw, p.arrays(), p.kwargs(norm_eps=0.0),
                    "norm_eps must be a positive finite number (None = 1e-6 with a QK-norm weight), got 0.0")
+
+
+def test_a_callers_flush_to_zero_mode_changes_no_result(ropepool, torch_fw, torch):
+    """torch.set_flush_denormal(True) flushes subnormals on the calling thread only: the caller's
+    slice came out 0 where the workers' kept 5e-39. Every slice now runs in the default mode."""
+    T, H, D = 64, 8, 128  # 256 KiB a tensor: the call runs on every thread
+    x = np.full((T, H, D), 5e-39, np.float32)  # subnormal (made before flushing starts); at position 0
+    assert x.view(np.uint32)[0, 0, 0] != 0     # every output is x exactly
+    if torch_fw.device != "cpu" or not torch.set_flush_denormal(True):
+        pytest.skip("flush-to-zero is set through torch on x86 CPUs")
+    try:
+        for threads in (1, 2):
+            q_rot, k_rot, k_pool, _ = ropepool.rope_pool_fused(
+                x, x, x, np.zeros(T, np.int64), np.arange(T), np.zeros_like(x), np.zeros_like(x),
+                head_dim=D, num_qo_heads=H, num_kv_heads=H, rope_base=1e4, threads=threads)
+            for out in (q_rot, k_rot, k_pool):
+                assert np.array_equal(out.view(np.uint32), x.view(np.uint32)), f"threads={threads}"
+        assert torch.set_flush_denormal(True)  # the caller's mode is put back
+        assert torch.tensor([5e-39]).item() == 0.0
+    finally:
+        torch.set_flush_denormal(False)

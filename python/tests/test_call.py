@@ -266,10 +266,11 @@ def test_threads_cap_gives_the_same_bits(ropepool, cpu_fw):
     assert not np.array_equal(pools[0], cpu_fw.bits(p.k_pool))  # the pools were written
 
 
-def test_negative_threads_gets_the_librarys_message(ropepool, fw):
+def test_negative_threads_is_refused_in_pythons_terms(ropepool, fw):
+    """The library's message would speak of C's num_threads and its 0."""
     p = Problem(fw)
     expect_refusal(ropepool, fw, p.arrays(), p.kwargs(threads=-1),
-                   "num_threads must be >= 0 (0 = the context's), got -1")
+                   "threads must be >= 1 (None = the module's setting), got -1")
 
 
 def test_checked_is_accepted_on_the_cpu(ropepool, cpu_fw):

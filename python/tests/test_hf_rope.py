@@ -129,6 +129,27 @@ def test_missing_head_dim_is_named(ropepool):
         ropepool.hf_rope_parameters(dict(model_type="llama", rope_theta=1e4))
 
 
+@pytest.mark.parametrize("fields, message", [
+    (dict(hidden_size=4096, num_attention_heads=0), "config num_attention_heads must be an integer in [1, 2^62], got 0"),
+    (dict(hidden_size="4096", num_attention_heads=32), None),  # int("4096") as transformers would
+    (dict(hidden_size="big", num_attention_heads=32), "config hidden_size must be an integer, got 'big'"),
+    (dict(head_dim=128, partial_rotary_factor=float("nan")), "config partial_rotary_factor must be finite, got nan"),
+    (dict(head_dim=128, rope_theta="x"), "config rope_theta must be a number, got 'x'"),
+    (dict(head_dim=128, max_position_embeddings=2**70, rope_scaling=dict(rope_type="dynamic", factor=2.0)),
+     f"config max_position_embeddings must be an integer in [0, 2^62], got {2**70}"),
+])
+def test_unreadable_config_fields_are_named(ropepool, fields, message):
+    """Python's bare ZeroDivisionError, ValueError or OverflowError said nothing about the config."""
+    config = dict(model_type="llama", rope_theta=1e4, **fields) if "rope_theta" not in fields else \
+        dict(model_type="llama", **fields)
+    if message is None:
+        assert ropepool.hf_rope_kwargs(config)["rotary_dim"] == 128
+        return
+    with pytest.raises(ropepool.RopePoolError) as info:
+        ropepool.hf_rope_kwargs(config)
+    assert str(info.value) == message
+
+
 def test_library_refusal_reaches_python_with_its_message(ropepool):
     with pytest.raises(ropepool.RopePoolError, match="low_freq_factor < high_freq_factor") as info:
         ropepool.hf_rope_parameters(with_rope(rope_type="llama3", factor=8.0, low_freq_factor=4.0,

@@ -112,6 +112,10 @@ def test_variants_in_place_and_into_caller_outputs(ropepool, fw, is_neox):
     # C's "0 = not set" is None here: an explicit zero is refused, never read as the default.
     (dict(rotary_dim=0), "rotary_dim must be >= 2 (None = head_dim), got 0"),
     (dict(v_head_dim=0), "v_head_dim must be positive (None = head_dim), got 0"),
+    (dict(v_head_dim=-4), "v_head_dim must be positive (None = head_dim), got -4"),
+    (dict(rotary_dim=-2), "rotary_dim must be >= 2 (None = head_dim), got -2"),
+    (dict(attention_scaling=float("nan")), "attention_scaling must be positive and finite (default 1.0), got nan"),
+    (dict(attention_scaling=-1.0), "attention_scaling must be positive and finite (default 1.0), got -1.0"),
     (dict(attention_scaling=0.0), "attention_scaling must be positive and finite (default 1.0), got 0.0"),
     (dict(attention_scaling=0), "attention_scaling must be positive and finite (default 1.0), got 0"),
     (dict(threads=0), "threads must be >= 1 (None = the module's setting), got 0"),
