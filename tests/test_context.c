@@ -117,10 +117,72 @@ static void test_oversubscribed_jobs_of_changing_size(void)
     rp_context_destroy(ctx);
 }
 
+/* The calling thread's flush-to-zero / denormals-are-zero mode (torch.set_flush_denormal, a
+ * -ffast-math program) must not reach the call: its slice came out flushed while the workers'
+ * did not, so results depended on the thread count. Workers made while it is on inherit it and
+ * must not use it either. The caller's mode is put back. */
+#if defined(__x86_64__) || defined(__i386__)
+#  include <xmmintrin.h>
+typedef unsigned fp_mode;
+static fp_mode get_mode(void) { return _mm_getcsr(); }
+static void set_mode(fp_mode m) { _mm_setcsr(m); }
+static const fp_mode FLUSHING = 0x8040; /* FTZ | DAZ */
+#elif defined(__aarch64__)
+typedef uint64_t fp_mode;
+static fp_mode get_mode(void) { uint64_t m; __asm__ __volatile__("mrs %0, fpcr" : "=r"(m)); return m; }
+static void set_mode(fp_mode m) { __asm__ __volatile__("msr fpcr, %0" : : "r"(m)); }
+static const fp_mode FLUSHING = (fp_mode)1 << 24; /* FZ */
+#endif
+
+static void test_callers_flush_to_zero_mode_is_not_used(void)
+{
+#if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__)
+    test_rng r = {33};
+    fixture f;
+    fixture_init(&f, &r, 64, 8, 8, 128, 64, RP_F32, RP_I32, 1 << 16, 0); /* 256 KiB a tensor: every thread works */
+    float *q = f.q, *k = f.k;
+    for (int64_t i = 0; i < f.T * f.Hq * f.D; i++)
+        q[i] *= 0x1p-127f; /* subnormal inputs, and outputs */
+    for (int64_t i = 0; i < f.T * f.Hk * f.D; i++)
+        k[i] *= 0x1p-127f;
+    const size_t nq = (size_t)(f.T * f.Hq * f.D) * sizeof(float), nk = (size_t)(f.P * f.Hk * f.D) * sizeof(float);
+    char msg[256];
+    rp_context_options o = {0};
+    o.num_threads = 3;
+    rp_context *before, *during;
+    CHECK(rp_context_create(&o, &before, msg, sizeof msg) == RP_OK, "%s", msg);
+    f.args.num_threads = 1;
+    CHECK(rp_rope_pool_fused(before, &f.args, msg, sizeof msg) == RP_OK, "%s", msg);
+    void *want_q = test_alloc(nq), *want_kpool = test_alloc(nk);
+    memcpy(want_q, f.q_rot, nq);
+    memcpy(want_kpool, f.k_pool, nk);
+    const fp_mode mode = get_mode();
+    set_mode(mode | FLUSHING);
+    CHECK(rp_context_create(&o, &during, msg, sizeof msg) == RP_OK, "%s", msg);
+    int bad = 0;
+    for (int call = 0; call < 6; call++) {
+        f.args.num_threads = 1 + call % 3;
+        memset(f.q_rot, 0, nq);
+        bad += rp_rope_pool_fused(call < 3 ? before : during, &f.args, msg, sizeof msg) != RP_OK ||
+               memcmp(f.q_rot, want_q, nq) != 0 || memcmp(f.k_pool, want_kpool, nk) != 0;
+    }
+    const fp_mode after = get_mode();
+    set_mode(mode);
+    CHECK(bad == 0, "%d of 6 calls differed from the default mode's result", bad);
+    CHECK(after == (mode | FLUSHING), "the caller's mode was not put back");
+    free(want_q);
+    free(want_kpool);
+    fixture_free(&f);
+    rp_context_destroy(before);
+    rp_context_destroy(during);
+#endif
+}
+
 int main(void)
 {
     RUN(test_concurrent_calls_on_one_context);
     RUN(test_per_call_thread_cap_and_many_contexts);
     RUN(test_oversubscribed_jobs_of_changing_size);
+    RUN(test_callers_flush_to_zero_mode_is_not_used);
     return test_summary("test_context");
 }
