@@ -224,7 +224,7 @@ typedef enum rp_kv_layout {
                                before anything is written (one host synchronisation). CPU calls
                                always validate, with or without this flag. */
 #define RP_VALIDATE_ONLY 0x2u /* run every check that needs no memory (the seed's, dtypes, scalars,
-                               extension fields, output shapes and dtypes, devices) and return:
+                               extension fields, output shapes, dtypes and read-only flags, devices) and return:
                                no data pointer is read or dereferenced (NULL is fine), nothing is
                                written, slot values are not checked. For lazy frameworks (MLX) that
                                refuse a bad call when it is made, before any array exists. */
@@ -252,7 +252,8 @@ typedef struct rp_rope_pool_args {
     int64_t head_dim;     /* D: even, > 0                                                         */
     int64_t num_qo_heads; /* Hq > 0                                                                */
     int64_t num_kv_heads; /* Hk > 0                                                                */
-    double rope_base;     /* theta: positive and finite; frequency j is rope_base^(-2j/rotary_dim)
+    double rope_base;     /* theta: positive and finite (without inv_freq, at least DBL_MIN, below
+                             which the frequencies overflow); frequency j is rope_base^(-2j/rotary_dim)
                              unless inv_freq is given (then rope_base is checked but not used)  */
 
     /* Extensions. All-zero keeps the seed's behaviour; a value this version cannot honour is

@@ -165,7 +165,8 @@ rp_status rp_context_create(const rp_context_options *opts, rp_context **out, ch
     for (int i = 0; i < 5; i++)
         if (o.reserved[i] != 0)
             return rp_fail(&err, RP_ERR_INVALID_ARGUMENT,
-                           "rp_context_options reserved fields must be 0");
+                           "rp_context_options reserved fields must be 0: reserved[%d] is %u", i,
+                           (unsigned)o.reserved[i]);
     if ((o.flags & RP_CONTEXT_CUDA) && o.cuda_device < 0)
         return rp_fail(&err, RP_ERR_INVALID_ARGUMENT, "cuda_device must be >= 0, got %d",
                        (int)o.cuda_device);

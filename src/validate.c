@@ -107,6 +107,16 @@ static int scale_usable(double scale)
     return scale >= RP_SCALE_MIN && scale <= RP_SCALE_MAX;
 }
 
+/* A dtype as messages name it: its name, or its number where it is none ropepool knows. */
+static const char *dtype_text(char *buf, size_t size, int32_t dtype)
+{
+    const char *name = rp_dtype_name((rp_dtype)dtype);
+    if (strcmp(name, rp_dtype_name(RP_DTYPE_OTHER)) != 0)
+        return name;
+    snprintf(buf, size, "%d (not a dtype ropepool knows)", (int)dtype);
+    return buf;
+}
+
 /* A scale argument: 0 (= 1), or positive and finite; other than 1 only with fp8 pools. */
 static rp_status check_scale(const rp_rope_pool_args *a, const char *name, double scale,
                              const float *ptr, rp_err *err)
@@ -270,9 +280,10 @@ static rp_status check_norm(const rp_rope_pool_args *a, rp_err *err)
         const rp_dtype dt = (rp_dtype)(dtypes[i] ? dtypes[i] : a->q.dtype);
         if (data[i] == NULL && dtypes[i] != 0)
             return rp_fail(err, bad, "%s_dtype is %s but %s is NULL", names[i], rp_dtype_name(dt), names[i]);
+        char text[48];
         if (dt != RP_F32 && dt != (rp_dtype)a->q.dtype)
             return rp_fail(err, bad, "%s dtype must be q's dtype %s or float32, got %s", names[i],
-                           rp_dtype_name((rp_dtype)a->q.dtype), rp_dtype_name(dt));
+                           rp_dtype_name((rp_dtype)a->q.dtype), dtype_text(text, sizeof text, dt));
         if ((uintptr_t)data[i] % rp_dtype_size(dt) != 0 && !(a->flags & RP_VALIDATE_ONLY))
             return rp_fail(err, bad, "%s %p is not aligned to its %zu-byte %s elements", names[i], data[i],
                            rp_dtype_size(dt), rp_dtype_name(dt));
@@ -297,18 +308,19 @@ static rp_status check_scalars(const rp_rope_pool_args *a, rp_err *err)
     const rp_status bad = RP_ERR_INVALID_ARGUMENT;
     rp_status st;
     const rp_dtype dt = (rp_dtype)a->q.dtype;
+    char text[48];
     if (dt != RP_F32 && dt != RP_F16 && dt != RP_BF16) {
         if (dt == RP_DTYPE_UNSET)
             return rp_fail(err, bad, "q dtype is not set (rp_tensor.dtype is 0)");
         return rp_fail(err, bad, "q/k/v dtype %s is not supported: use float32, float16 or bfloat16",
-                       rp_dtype_name(dt));
+                       dtype_text(text, sizeof text, a->q.dtype));
     }
     const named index_arrays[] = {{"positions", &a->positions}, {"slots", &a->slots}};
     for (int i = 0; i < 2; i++) {
         const rp_dtype it = (rp_dtype)index_arrays[i].t->dtype;
         if (it != RP_I32 && it != RP_I64)
             return rp_fail(err, bad, "%s dtype must be int32 or int64, got %s", index_arrays[i].name,
-                           rp_dtype_name(it));
+                           dtype_text(text, sizeof text, index_arrays[i].t->dtype));
     }
     if (a->head_dim <= 0 || a->head_dim % 2 != 0)
         return rp_fail(err, bad, "head_dim must be a positive even number, got %lld",
@@ -321,6 +333,10 @@ static rp_status check_scalars(const rp_rope_pool_args *a, rp_err *err)
                        (long long)a->num_kv_heads);
     if (!(isfinite(a->rope_base) && a->rope_base > 0.0))
         return rp_fail(err, bad, "rope_base must be a positive finite number, got %g", a->rope_base);
+    /* Below DBL_MIN the frequencies rope_base^(-2j/R), up to 1 / rope_base, overflow float64. */
+    if (a->inv_freq == NULL && a->rope_base < DBL_MIN)
+        return rp_fail(err, bad, "rope_base %g is below float64's normal range (%g): its frequencies "
+                       "rope_base^(-2j/rotary_dim) would overflow", a->rope_base, DBL_MIN);
 
     if ((st = check_variant(a, err)) != RP_OK || (st = check_norm(a, err)) != RP_OK)
         return st;
@@ -333,11 +349,13 @@ static rp_status check_scalars(const rp_rope_pool_args *a, rp_err *err)
         return rp_fail(err, bad, "flags 0x%x has unknown bits (known: RP_CHECK_SLOTS = 0x1, "
                                  "RP_VALIDATE_ONLY = 0x2)",
                        (unsigned)a->flags);
-    int reserved = a->reserved0 != 0;
+    if (a->reserved0 != 0)
+        return rp_fail(err, bad, "rp_rope_pool_args reserved fields must be 0 (zero-initialise the struct): "
+                       "reserved0 is %u", (unsigned)a->reserved0);
     for (size_t i = 0; i < sizeof a->reserved / sizeof a->reserved[0]; i++)
-        reserved |= a->reserved[i] != 0;
-    if (reserved)
-        return rp_fail(err, bad, "rp_rope_pool_args reserved fields must be 0 (zero-initialise the struct)");
+        if (a->reserved[i] != 0)
+            return rp_fail(err, bad, "rp_rope_pool_args reserved fields must be 0 (zero-initialise the struct): "
+                           "reserved[%zu] is %llu", i, (unsigned long long)a->reserved[i]);
     return RP_OK;
 }
 
@@ -400,16 +418,26 @@ static rp_status check_memory(const rp_rope_pool_args *a, rp_err *err)
         if (numel(t) == INT64_MAX)
             return rp_fail(err, bad, "%s shape %s has 2^63 elements or more", all[i].name,
                            rp_format_shape(s1, sizeof s1, t));
+        const size_t elem_size = rp_dtype_size((rp_dtype)t->dtype);
+        if (elem_size > 1 && numel(t) > INT64_MAX / (int64_t)elem_size)
+            return rp_fail(err, bad, "%s shape %s has 2^63 bytes or more", all[i].name,
+                           rp_format_shape(s1, sizeof s1, t));
         if (t->reserved != 0 || (t->flags & ~(uint32_t)RP_TENSOR_READ_ONLY))
-            return rp_fail(err, bad, "%s: rp_tensor reserved bits must be 0 (flags 0x%x)", all[i].name,
-                           (unsigned)t->flags);
+            return rp_fail(err, bad, "%s: rp_tensor reserved bits must be 0 (flags 0x%x, reserved 0x%x)",
+                           all[i].name, (unsigned)t->flags, (unsigned)t->reserved);
         if (t->device.type != 0 && t->device.type != RP_DEVICE_CPU && t->device.type != RP_DEVICE_CUDA)
             return rp_fail(err, bad, "%s has unknown device type %d", all[i].name, (int)t->device.type);
+        if (t->device.type != RP_DEVICE_CUDA && t->device.index != 0)
+            return rp_fail(err, bad, "%s is on the CPU but has device index %d (0 for the CPU)", all[i].name,
+                           (int)t->device.index);
         if (!same_device(t->device, a->q.device))
             return rp_fail(err, bad, "all tensors must be on one device: %s is on %s but q is on %s",
                            all[i].name, device_text(s1, sizeof s1, t->device),
                            device_text(s2, sizeof s2, a->q.device));
     }
+    for (int o = 0; o < 4; o++)
+        if (outputs[o].t->flags & RP_TENSOR_READ_ONLY)
+            return rp_fail(err, bad, "%s is read-only, but the call writes it", outputs[o].name);
     if (a->flags & RP_VALIDATE_ONLY) /* the caller has no memory yet: stop before the data */
         return RP_OK;
     /* Byte ranges, kept for the aliasing checks below: tensors whose ranges are disjoint (the
@@ -433,8 +461,6 @@ static rp_status check_memory(const rp_rope_pool_args *a, rp_err *err)
     }
     for (int o = 0; o < 4; o++) {
         const rp_tensor *t = outputs[o].t;
-        if (t->flags & RP_TENSOR_READ_ONLY)
-            return rp_fail(err, bad, "%s is read-only, but the call writes it", outputs[o].name);
         if (rp_tensor_self_overlaps(t)) {
             rp_tensor strides = *t; /* printed as a tuple, like the shape */
             memcpy(strides.shape, t->strides, sizeof strides.shape);
@@ -456,6 +482,12 @@ static rp_status check_memory(const rp_rope_pool_args *a, rp_err *err)
         {"k_scale_ptr", rp_tensor_1d((void *)a->k_scale_ptr, RP_F32, 1)},
         {"v_scale_ptr", rp_tensor_1d((void *)a->v_scale_ptr, RP_F32, 1)},
     };
+    for (int w = 0; w < 5; w++) {
+        rp_extent e;
+        if (side[w].t.data != NULL && !rp_tensor_is_empty(&side[w].t) && !rp_tensor_extent(&side[w].t, &e))
+            return rp_fail(err, bad, "%s %p with %lld elements wraps the address space", side[w].name,
+                           side[w].t.data, (long long)side[w].t.shape[0]);
+    }
     for (int o = 0; o < 4; o++) {
         const rp_tensor *out = outputs[o].t;
         for (int i = 0; i < 5; i++) {
@@ -467,6 +499,9 @@ static rp_status check_memory(const rp_rope_pool_args *a, rp_err *err)
                 int identical = 1;
                 for (int d = 0; d < 3; d++)
                     identical &= out->strides[d] == in->strides[d] || out->shape[d] <= 1;
+                if (identical && (in->flags & RP_TENSOR_READ_ONLY))
+                    return rp_fail(err, bad, "%s is read-only, but %s = %s writes it in place", inputs[i].name,
+                                   outputs[o].name, inputs[i].name);
                 if (identical)
                     continue;
             }

@@ -77,6 +77,30 @@ static void unknown_flag(fixture *f) { f->args.flags = 0x10; }
 static void reserved_set(fixture *f) { f->args.reserved[5] = 1; }
 static void tensor_reserved_set(fixture *f) { f->args.v.reserved = 3; }
 static void q_rot_narrow(fixture *f) { f->args.q_rot.shape[2] = 32; }
+/* stop 35's audit of the C API */
+static void v_bytes_overflow(fixture *f) /* a broadcast v of 2^63 bytes beside an empty pool */
+{
+    const int64_t Dv = (int64_t)1 << 59;
+    f->args.v_head_dim = Dv;
+    f->args.v.shape[2] = Dv;
+    f->args.v.strides[0] = f->args.v.strides[1] = f->args.v.strides[2] = 0;
+    f->args.k_pool.shape[0] = f->args.v_pool.shape[0] = 0;
+    f->args.v_pool.shape[2] = Dv;
+}
+static void rope_base_subnormal(fixture *f) { f->args.rope_base = 4.9406564584124654e-324; }
+static void positions_dtype_99(fixture *f) { f->args.positions.dtype = 99; }
+static void data_dtype_minus_1(fixture *f)
+{
+    f->args.q.dtype = f->args.k.dtype = f->args.v.dtype = f->args.q_rot.dtype = f->args.k_rot.dtype = -1;
+    f->args.k_pool.dtype = f->args.v_pool.dtype = -1;
+}
+static void cpu_tensor_index_7(fixture *f) { f->args.k.device.index = 7; }
+static void read_only_q_rotated_in_place(fixture *f)
+{
+    f->args.q.flags = RP_TENSOR_READ_ONLY;
+    f->args.q_rot = f->args.q;
+    f->args.q_rot.flags = 0;
+}
 static void k_rot_f16(fixture *f) { f->args.k_rot.dtype = RP_F16; }
 static void pool_negative_size(fixture *f) { f->args.k_pool.shape[0] = f->args.v_pool.shape[0] = -1; }
 static void pool_on_gpu(fixture *f) { f->args.k_pool.device.type = RP_DEVICE_CUDA; }
@@ -239,8 +263,33 @@ static void test_other_extensions_are_checked(void)
     EXPECT(unknown_flag, RP_ERR_INVALID_ARGUMENT,
            "flags 0x10 has unknown bits (known: RP_CHECK_SLOTS = 0x1, RP_VALIDATE_ONLY = 0x2)");
     EXPECT(reserved_set, RP_ERR_INVALID_ARGUMENT,
-           "rp_rope_pool_args reserved fields must be 0 (zero-initialise the struct)");
-    EXPECT(tensor_reserved_set, RP_ERR_INVALID_ARGUMENT, "v: rp_tensor reserved bits must be 0 (flags 0x0)");
+           "rp_rope_pool_args reserved fields must be 0 (zero-initialise the struct): reserved[5] is 1");
+    EXPECT(tensor_reserved_set, RP_ERR_INVALID_ARGUMENT, "v: rp_tensor reserved bits must be 0 (flags 0x0, reserved 0x3)");
+}
+
+static void test_c_api_audit_findings(void)
+{
+    EXPECT(v_bytes_overflow, RP_ERR_INVALID_ARGUMENT, "v shape (6, 2, 576460752303423488) has 2^63 bytes or more");
+    EXPECT(rope_base_subnormal, RP_ERR_INVALID_ARGUMENT, "rope_base 4.94066e-324 is below float64's normal range "
+           "(2.22507e-308): its frequencies rope_base^(-2j/rotary_dim) would overflow");
+    EXPECT(positions_dtype_99, RP_ERR_INVALID_ARGUMENT,
+           "positions dtype must be int32 or int64, got 99 (not a dtype ropepool knows)");
+    EXPECT(data_dtype_minus_1, RP_ERR_INVALID_ARGUMENT,
+           "q/k/v dtype -1 (not a dtype ropepool knows) is not supported: use float32, float16 or bfloat16");
+    EXPECT(cpu_tensor_index_7, RP_ERR_INVALID_ARGUMENT, "k is on the CPU but has device index 7 (0 for the CPU)");
+    EXPECT(read_only_q_rotated_in_place, RP_ERR_INVALID_ARGUMENT, "q is read-only, but q_rot = q writes it in place");
+    /* a weight whose range would wrap the address space: an argument error, not an overlap */
+    char msg[256];
+    fixture f;
+    fixture_init(&f, &rng, 2, 4, 2, 16, 8, RP_F32, RP_I32, 100, 0);
+    f.args.k_norm_weight = (const void *)((uintptr_t)0 - 16);
+    f.args.norm_eps = 1e-6;
+    snapshot snap;
+    snapshot_take(&snap, &f);
+    CHECK(rp_rope_pool_fused(NULL, &f.args, msg, sizeof msg) == RP_ERR_INVALID_ARGUMENT, "%s", msg);
+    CHECK(strstr(msg, "k_norm_weight") == msg && strstr(msg, "with 16 elements wraps the address space"), "got %s", msg);
+    CHECK(snapshot_unchanged(&snap, &f), "a refused call wrote output memory");
+    fixture_free(&f);
 }
 
 static void test_outputs_devices_and_memory(void)
@@ -311,6 +360,10 @@ static void test_validate_only_needs_no_memory(void)
     a.k_rot.dtype = RP_F32;
     CHECK(rp_rope_pool_fused(NULL, &a, msg, sizeof msg) == RP_ERR_INVALID_ARGUMENT, "output check skipped");
     CHECK(strcmp(msg, "k_rot dtype must match k dtype, got float32 vs float16") == 0, "got %s", msg);
+    a.k_rot.dtype = RP_F16;
+    a.k_pool.flags = RP_TENSOR_READ_ONLY; /* needs no memory: checked before validate-only returns */
+    CHECK(rp_rope_pool_fused(NULL, &a, msg, sizeof msg) == RP_ERR_INVALID_ARGUMENT, "read-only check skipped");
+    CHECK(strcmp(msg, "k_pool is read-only, but the call writes it") == 0, "got %s", msg);
     snapshot s;
     snapshot_take(&s, &f);
     CHECK(rp_rope_pool_fused(NULL, &f.args, msg, sizeof msg) == RP_ERR_SLOT_OUT_OF_RANGE, "%s", msg);
@@ -349,6 +402,10 @@ static void test_context_options_are_checked(void)
     CHECK(ctx == NULL, "*out not cleared on failure");
     CHECK(strcmp(msg, "num_threads must be >= 0 (0 = one per online CPU), got -3") == 0, "got %s", msg);
     o.num_threads = 1;
+    o.reserved[3] = 42;
+    CHECK(rp_context_create(&o, &ctx, msg, sizeof msg) == RP_ERR_INVALID_ARGUMENT, "%s", msg);
+    CHECK(strcmp(msg, "rp_context_options reserved fields must be 0: reserved[3] is 42") == 0, "got %s", msg);
+    o.reserved[3] = 0;
     o.flags = 0x80;
     CHECK(rp_context_create(&o, &ctx, msg, sizeof msg) == RP_ERR_INVALID_ARGUMENT, "%s", msg);
     o.flags = RP_CONTEXT_CUDA;
@@ -386,6 +443,7 @@ int main(void)
     RUN(test_rope_variant_fields_name_the_value);
     RUN(test_inv_freq_is_read_up_to_rotary_dim_over_2);
     RUN(test_other_extensions_are_checked);
+    RUN(test_c_api_audit_findings);
     RUN(test_outputs_devices_and_memory);
     RUN(test_aliasing_outputs_are_rejected);
     RUN(test_slot_values_are_checked_in_token_order);

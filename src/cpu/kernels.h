@@ -38,11 +38,15 @@ int rp_cpu_level_supported(const char *level);
  * thresholds are stated in these bytes. */
 static inline int64_t rp_cpu_bytes_moved(const rp_problem *p)
 {
-    const int64_t elem = (int64_t)rp_dtype_size(p->dtype), pool_elem = (int64_t)rp_dtype_size(p->pool_dtype);
-    const int64_t per_token = p->head_dim * (elem * (2 * p->num_qo_heads + 2 * p->num_kv_heads) +
-                                             pool_elem * p->num_kv_heads) +
-                              p->v_head_dim * p->num_kv_heads * (elem + pool_elem);
-    return p->num_tokens * per_token;
+    /* in 128 bits, saturated: each tensor's bytes fit in int64 (rp_validate), their sum need not
+     * (a broadcast v of 2^61 elements beside an empty pool) */
+    const __int128 elem = (__int128)rp_dtype_size(p->dtype), pool_elem = (__int128)rp_dtype_size(p->pool_dtype);
+    const __int128 per_token = (__int128)p->head_dim * (elem * (2 * (__int128)p->num_qo_heads +
+                                                                2 * (__int128)p->num_kv_heads) +
+                                                        pool_elem * p->num_kv_heads) +
+                               (__int128)p->v_head_dim * p->num_kv_heads * (elem + pool_elem);
+    const __int128 bytes = (__int128)p->num_tokens * per_token;
+    return bytes > INT64_MAX ? INT64_MAX : (int64_t)bytes;
 }
 
 /* Calls that move at least this many bytes (rp_cpu_bytes_moved) write q_rot and k_rot with
