@@ -184,10 +184,10 @@ int rp_tensors_overlap(const rp_tensor *a, const rp_tensor *b)
     if (ea.end <= eb.begin || eb.end <= ea.begin)
         return 0;
     if (!same_strides(a, b)) {
-        const rp_tensor ca = collapsed(a), cb = collapsed(b);
-        if (a->ndim > RP_MAX_DIMS || b->ndim > RP_MAX_DIMS || !same_strides(&ca, &cb))
+        if (a->ndim > RP_MAX_DIMS || b->ndim > RP_MAX_DIMS)
             return 1;
-        return rp_tensors_overlap(&ca, &cb);
+        const rp_tensor ca = collapsed(a), cb = collapsed(b);
+        return same_strides(&ca, &cb) ? rp_tensors_overlap(&ca, &cb) : 1;
     }
     const int64_t elem = (int64_t)rp_dtype_size((rp_dtype)a->dtype);
     const intptr_t delta = (intptr_t)((uintptr_t)b->data - (uintptr_t)a->data);

@@ -199,10 +199,6 @@ static int torch_to_tensor(PyObject *obj, const char *name, rp_tensor *t)
     return 0;
 }
 
-/* As torch's own ops: with grad mode on, an input that requires grad would get outputs without a
- * grad link (the call has no backward), and a tensor written in place that requires grad is
- * refused as torch refuses a leaf in an in-place op. Under torch.no_grad() / inference_mode()
- * both are fine, as they are for torch's ops. */
 /* 1 if torch's no-argument function fn (a mode: grad, inference) returns True, 0 if not, -1 on
  * error. */
 static int torch_mode(PyObject *fn)
@@ -226,6 +222,10 @@ static int inference_locked(PyObject *obj)
     return mode < 0 ? -1 : !mode;
 }
 
+/* As torch's own ops: with grad mode on, an input that requires grad would get outputs without a
+ * grad link (the call has no backward), and a tensor written in place that requires grad is
+ * refused as torch refuses a leaf in an in-place op. Under torch.no_grad() / inference_mode()
+ * both are fine, as they are for torch's ops. */
 static int torch_check_autograd(PyObject *const *objs, const char *const *names, int num_read, int num)
 {
     /* torch refuses an in-place update of an inference tensor outside inference mode (it has no
