@@ -15,10 +15,17 @@ VENV_PY     := $(abspath $(VENV))/bin/python
 
 all: build
 
+# Downloads are retried as whole attempts: CI once had a 216 MB wheel of torch's cut at the same
+# byte on every one of pip's own resumes. pip's cache keeps the wheels an attempt finished.
+# $(call retry,COMMAND): COMMAND up to three times, 30 s apart; fails when the third fails.
+retry = for attempt in 1 2 3; do $(1) && break; [ $$attempt != 3 ] || exit 1; \
+          echo "attempt $$attempt of 3 failed; retrying in 30 s" >&2; sleep 30; done
+
 $(VENV)/.ready: python/requirements-test.txt
 	$(PYTHON) -m venv $(VENV)
-	$(VENV_PY) -m pip install --quiet --upgrade pip
-	$(VENV_PY) -m pip install --quiet -r python/requirements-test.txt
+	$(call retry,$(VENV_PY) -m pip install --quiet --upgrade pip)
+	$(call retry,$(VENV_PY) -m pip install --quiet --retries 10 --timeout 60 \
+	                       -r python/requirements-test.txt)
 	touch $@
 
 $(BUILD)/CMakeCache.txt: $(VENV)/.ready
@@ -59,9 +66,9 @@ aarch64-tools:
 	@if ! command -v aarch64-linux-gnu-gcc >/dev/null || ! command -v qemu-aarch64 >/dev/null || \
 	    ! test -f /usr/aarch64-linux-gnu/lib/libc.so.6; then \
 	  echo "installing $(AARCH64_PACKAGES)"; \
-	  $(AARCH64_SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(AARCH64_SUDO) apt-get install -y -qq --no-install-recommends \
-	    $(AARCH64_PACKAGES) >/dev/null; \
+	  $(call retry,$(AARCH64_SUDO) apt-get update -qq) && \
+	  $(call retry,DEBIAN_FRONTEND=noninteractive $(AARCH64_SUDO) apt-get install -y -qq \
+	    --no-install-recommends $(AARCH64_PACKAGES) >/dev/null); \
 	fi
 
 test-aarch64: aarch64-tools
