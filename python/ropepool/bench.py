@@ -7,6 +7,8 @@ For each token count T it times, in one process, on the same memory (torch tenso
 - the Python call on NumPy arrays and on torch tensors (when torch is importable), with fresh
   outputs (q_rot and k_rot allocated by the call, dropped by the caller) and with ``q_out`` /
   ``k_out`` (the caller's arrays, reused);
+- on torch tensors, the torch operator's ``out`` overload (``torch.ops.ropepool.rope_pool_fused.out``,
+  what torch.compile's code calls), with ``q_out`` / ``k_out``;
 
 in interleaved rounds, and prints the median over rounds of the mean time per call, each
 Python figure's ratio to C, and the minor page faults per call. ``--backend cuda`` does the same
@@ -56,11 +58,12 @@ def make_arrays(T, P, seed=1):
 ORDER = ["q", "k", "v", "positions", "slots", "k_pool", "v_pool"]
 
 
-def python_batch(arrays, calls, outs, sync):
-    """`calls` Python calls, keywords spelled out as users write them (a ``**SHAPE`` would build and
-    unpack a dict in every call, some 0.3 us at T = 1 that is the benchmark's, not the binding's);
-    fresh outputs (dropped at once) when outs is None. threads is None unless --clock thread."""
-    f = ropepool.rope_pool_fused
+def python_batch(arrays, calls, outs, sync, f=None):
+    """`calls` Python calls of f (default ropepool.rope_pool_fused), keywords spelled out as users
+    write them (a ``**SHAPE`` would build and unpack a dict in every call, some 0.3 us at T = 1 that
+    is the benchmark's, not the binding's); fresh outputs (dropped at once) when outs is None.
+    threads is None unless --clock thread."""
+    f = f or ropepool.rope_pool_fused
     a0, a1, a2, a3, a4, a5, a6 = arrays
     D, Hq, Hk, base = SHAPE["head_dim"], SHAPE["num_qo_heads"], SHAPE["num_kv_heads"], SHAPE["rope_base"]
     threads = SHAPE.get("threads")
@@ -106,6 +109,9 @@ def methods_for(T, P, backend, torch):
             t_outs = tuple(torch.from_numpy(a) for a in np_outs)
             methods["torch fresh"] = lambda n: python_batch(t_arrays, n, None, no_sync)
             methods["torch q_out"] = lambda n: python_batch(t_arrays, n, t_outs, no_sync)
+            op = operator(torch)
+            if op is not None:
+                methods["torch op q_out"] = lambda n: python_batch(t_arrays, n, t_outs, no_sync, op)
     else:
         sync = torch.cuda.synchronize
         t_arrays = [torch.from_numpy(a).cuda() for a in arrays]
@@ -117,6 +123,9 @@ def methods_for(T, P, backend, torch):
         methods["C"] = host_timer(c_chunk, sync)
         methods["torch fresh"] = host_timer(lambda n: python_chunk(t_arrays, n, None), sync)
         methods["torch q_out"] = host_timer(lambda n: python_chunk(t_arrays, n, t_outs), sync)
+        op = operator(torch)
+        if op is not None:
+            methods["torch op q_out"] = host_timer(lambda n: python_chunk(t_arrays, n, t_outs, op), sync)
         methods["torch q_out, back to back"] = lambda n: python_batch(t_arrays, n, t_outs, sync)
         methods["gpu"] = gpu_timer(torch, t_arrays, t_outs)
     return methods
@@ -128,11 +137,21 @@ def methods_for(T, P, backend, torch):
 HOST_CHUNK = 200
 
 
-def python_chunk(arrays, calls, outs):
+def python_chunk(arrays, calls, outs, f=None):
     """ns spent in `calls` Python calls (no synchronisation)."""
     start = CLOCK()
-    python_batch(arrays, calls, outs, lambda: None)
+    python_batch(arrays, calls, outs, lambda: None, f)
     return CLOCK() - start
+
+
+def operator(torch):
+    """The torch operator's out overload, as compiled code calls it; None where ropepool.torch_op
+    could not register it (it warned)."""
+    try:
+        from ropepool import torch_op  # registered when torch was imported; a no-op here
+    except Exception:
+        return None
+    return torch_op.rope_pool_fused.out
 
 
 def host_timer(launch_chunk, sync):

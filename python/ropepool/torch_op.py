@@ -12,9 +12,9 @@ see ``_torch_hooks.py``; importing it again is a no-op)::
 The default overload mutates k_pool and v_pool in place and returns fresh q_rot and k_rot; the
 ``out`` overload writes q_out and k_out as well and returns nothing (torch.compile functionalizes
 only custom operators whose returns alias no input). ``torch.ops.ropepool.rope_pool_fused(...,
-q_out=a, k_out=b)`` picks the ``out`` overload. The real kernel is the direct binding (every check
-and message is the library's); the fake kernel allocates what the binding allocates, so shapes and
-strides agree under tracing. A scale is a one-element tensor or None (1.0): an operator argument
+q_out=a, k_out=b)`` picks the ``out`` overload. The real kernel calls the direct binding (every
+check and message is the library's), from C++ where ropepool._ropepool_torch is built (``KERNEL``);
+the fake kernel allocates what the binding allocates, so shapes and strides agree under tracing. A scale is a one-element tensor or None (1.0): an operator argument
 cannot be a number or a tensor.
 
 ``ropepool.rope_pool_fused`` itself stays the direct C call in eager mode (its per-call overhead is
@@ -25,6 +25,8 @@ that share a storage but reach the compiled function as two separate inputs (Ind
 most one mutated argument per storage, and copies the other); views made inside the compiled
 function (``kv[0]``, ``kv[1]`` of a cache input or buffer) are written in place.
 """
+
+import os
 
 import torch
 
@@ -99,15 +101,39 @@ def _fake_out(*args, **keywords):
     return None
 
 
+def _native_module():
+    """ropepool._ropepool_torch where it is built against the running torch and not turned off
+    (ROPEPOOL_TORCH_NATIVE=0), else None."""
+    if os.environ.get("ROPEPOOL_TORCH_NATIVE") == "0":
+        return None
+    try:
+        from . import _ropepool_torch
+    except ImportError:  # not built, or built against another torch
+        return None
+    return _ropepool_torch
+
+
+# Which kernel the operator runs on CPU and CUDA tensors: "native", ropepool._ropepool_torch's C++
+# kernel (the dispatcher calls the binding without boxing the arguments into a Python call: a tenth
+# of the cost, bench/results/torch-op-cpu.md), or "python" (_direct and _impl_out below).
+KERNEL = None
+
+
 def _define():
+    global KERNEL
     if hasattr(torch.ops.ropepool, "rope_pool_fused"):  # registered by another copy of this file
         return
+    native = _native_module()
     lib = torch.library.Library("ropepool", "FRAGMENT")
     for (name, schema), impl, fake in zip(SCHEMAS.items(), (_direct, _impl_out), (_fake, _fake_out)):
         lib.define(name + schema)
-        for key in ("CPU", "CUDA"):
-            lib.impl(name, impl, key)
+        if native is None:
+            for key in ("CPU", "CUDA"):
+                lib.impl(name, impl, key)
         torch.library.register_fake("ropepool::" + name, fake, lib=lib)
+    if native is not None:
+        native.register_kernels(_ropepool.rope_pool_fused, tuple(SCHEMAS))
+    KERNEL = "python" if native is None else "native"
     _define.lib = lib  # the registrations live as long as the library object
 
 
@@ -133,14 +159,18 @@ def call_op(q, k, v, positions, slots, k_pool, v_pool, *, head_dim, num_qo_heads
     if inv_freq is not None and not isinstance(inv_freq, torch.Tensor):
         inv_freq = torch.as_tensor(inv_freq, dtype=torch.float64)
     k_scale, v_scale = _scale_tensor(k_scale), _scale_tensor(v_scale)
-    keywords = dict(
-        head_dim=head_dim, num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads,
-        rope_base=rope_base, threads=threads, checked=checked, is_neox=is_neox,
-        rotary_dim=rotary_dim, inv_freq=inv_freq, attention_scaling=attention_scaling,
-        kv_layout=kv_layout, kv_cache_dtype=kv_cache_dtype, k_scale=k_scale, v_scale=v_scale,
-        v_head_dim=v_head_dim, mrope_section=None if mrope_section is None else list(mrope_section),
+    given = dict(
+        threads=threads, checked=checked, is_neox=is_neox, rotary_dim=rotary_dim, inv_freq=inv_freq,
+        attention_scaling=attention_scaling, kv_layout=kv_layout, kv_cache_dtype=kv_cache_dtype,
+        k_scale=k_scale, v_scale=v_scale, v_head_dim=v_head_dim,
+        mrope_section=None if mrope_section is None else list(mrope_section),
         mrope_interleaved=mrope_interleaved, q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight,
         norm_eps=norm_eps, norm_weight_offset=norm_weight_offset)
+    # Only the keywords that differ from the schema's defaults: torch parses each one given against
+    # the schema (all of them cost some 6 us more per call, bench/results/torch-op-cpu.md).
+    keywords = dict(head_dim=head_dim, num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, rope_base=rope_base)
+    keywords.update((name, given[name]) for name, _, default in EXTENSIONS
+                    if not _is_default(given[name], default))
     if q_out is None and k_out is None:
         q_rot, k_rot = rope_pool_fused.default(q, k, v, positions, slots, k_pool, v_pool, **keywords)
         return q_rot, k_rot, k_pool, v_pool

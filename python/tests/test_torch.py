@@ -98,6 +98,7 @@ def test_suite_passes_through_the_other_readers_as_well(torch_fw, switch):
     names = ["test_seed_errors.py", "test_accuracy.py", "test_torch.py", "test_adversarial.py"]
     if switch == "ROPEPOOL_TORCH_NATIVE":
         names.append("test_outputs.py")  # the output cache (fresh_memory.c) serves the exchange API's tensors
+        names.append("test_torch_op.py")  # the operator's Python kernel
     files = [os.path.join(TESTS_DIR, f) for f in names]
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not cuda", "-k",

@@ -7,6 +7,7 @@ ropepool.rope_pool_fused with fullgraph=True, no pool-sized copy in the compiled
 graph capture and replay (marked cuda, skipped without a GPU).
 """
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -111,6 +112,41 @@ def test_operator_refusal_is_the_librarys_and_writes_nothing(ropepool, device):
     before = p.snapshot()
     with pytest.raises(ropepool.RopePoolError, match="slot"):
         torch.ops.ropepool.rope_pool_fused(*p.arrays(), **p.kwargs(checked=True))
+    for old, x in zip(before, p.arrays()):
+        assert (old == p.fw.bits(x)).all()
+
+
+NATIVE_BUILT = importlib.util.find_spec("ropepool._ropepool_torch") is not None
+
+
+def test_the_operator_kernel_is_the_one_chosen(ropepool):
+    """The C++ kernel where ropepool._ropepool_torch is built against this torch; the Python one
+    with ROPEPOOL_TORCH_NATIVE=0 (test_torch.py runs this file under it as well)."""
+    from ropepool import torch_op
+
+    native = NATIVE_BUILT and os.environ.get("ROPEPOOL_TORCH_NATIVE") != "0"
+    assert torch_op.KERNEL == ("native" if native else "python")
+
+
+def test_keywords_at_their_defaults_and_refused_values_reach_the_binding(ropepool, device):
+    """The kernel passes the binding every keyword that differs from the schema's default: every
+    keyword spelled out at its default gives the plain call's results, and a value the binding
+    refuses is refused with its message, nothing written."""
+    from ropepool import torch_op
+
+    p = problem(device)
+    want_pools = clone_all([p.k_pool, p.v_pool])
+    want = ropepool.rope_pool_fused(*p.arrays()[:5], *want_pools, **p.kwargs())
+    defaults = {name: default for name, _, default in torch_op.EXTENSIONS}
+    pools = clone_all([p.k_pool, p.v_pool])
+    assert_same([*torch.ops.ropepool.rope_pool_fused(*p.arrays()[:5], *pools, **p.kwargs(**defaults)),
+                 *pools], want)
+    before = p.snapshot()
+    for refused, match in [(dict(attention_scaling=float("nan")), "attention_scaling"),
+                           (dict(kv_layout="NDH"), "kv_layout"), (dict(rotary_dim=-2), "rotary_dim"),
+                           (dict(mrope_section=[1, 2]), "mrope_section"), (dict(threads=0), "threads")]:
+        with pytest.raises(ropepool.RopePoolError, match=match):
+            torch.ops.ropepool.rope_pool_fused(*p.arrays(), **p.kwargs(**refused))
     for old, x in zip(before, p.arrays()):
         assert (old == p.fw.bits(x)).all()
 

@@ -1,6 +1,8 @@
 """Per-call wall time of ropepool.rope_pool_fused on torch tensors, the direct binding vs the
-torch.library operator (torch.ops.ropepool.rope_pool_fused, as ropepool.torch_op.call_op calls it),
-at decode size (T = 1 by default), on the CPU or a CUDA device.
+torch.library operator (torch.ops.ropepool.rope_pool_fused, as ropepool.torch_op.call_op calls it,
+and its out overload), at decode size (T = 1 by default), on the CPU or a CUDA device. The operator
+runs its C++ kernel where ropepool._ropepool_torch is built (torch_op.KERNEL); the same schema with
+the Python kernel is timed beside it (ropepool_python::rope_pool_fused).
 
 Both paths run on the same tensors in interleaved rounds; each round times `calls` back-to-back
 calls of one path (CUDA: then synchronises, so the figure is the host's cost per call while the GPU
@@ -17,6 +19,19 @@ import torch
 
 import ropepool
 from ropepool import torch_op
+
+
+def python_kernel_operator():
+    """The operator's schema with torch_op's Python kernels, as ropepool_python::rope_pool_fused:
+    what torch.ops.ropepool.rope_pool_fused runs where ropepool._ropepool_torch is not built, timed
+    beside it in the same process."""
+    lib = torch.library.Library("ropepool_python", "DEF")
+    for (name, schema), impl in zip(torch_op.SCHEMAS.items(), (torch_op._direct, torch_op._impl_out)):
+        lib.define(name + schema)
+        for key in ("CPU", "CUDA"):
+            lib.impl(name, impl, key)
+    python_kernel_operator.lib = lib  # the registrations live as long as the library object
+    return torch.ops.ropepool_python.rope_pool_fused
 
 
 def main():
@@ -41,11 +56,18 @@ def main():
     slots = torch.randperm(args.pool, generator=g)[:t].to(dev)
     k_pool, v_pool = rand(args.pool, hk, d), rand(args.pool, hk, d)
     kw = dict(head_dim=d, num_qo_heads=hq, num_kv_heads=hk, rope_base=500000.0)
+    q_out, k_out = torch.empty_like(q), torch.empty_like(k)
+    python_op = python_kernel_operator()
+    arrays = (q, k, v, positions, slots, k_pool, v_pool)
+    outs = dict(q_out=q_out, k_out=k_out)
     paths = {
-        "direct (ropepool.rope_pool_fused)": lambda: ropepool.rope_pool_fused(
-            q, k, v, positions, slots, k_pool, v_pool, **kw),
-        "op (torch.ops.ropepool.rope_pool_fused)": lambda: torch_op.call_op(
-            q, k, v, positions, slots, k_pool, v_pool, **kw),
+        "direct (ropepool.rope_pool_fused)": lambda: ropepool.rope_pool_fused(*arrays, **kw),
+        f"op, {torch_op.KERNEL} kernel": lambda: torch_op.rope_pool_fused.default(*arrays, **kw),
+        "op, Python kernel": lambda: python_op.default(*arrays, **kw),
+        f"op through call_op, {torch_op.KERNEL} kernel": lambda: torch_op.call_op(*arrays, **kw),
+        "direct, q_out/k_out": lambda: ropepool.rope_pool_fused(*arrays, **kw, **outs),
+        f"op.out, {torch_op.KERNEL} kernel": lambda: torch_op.rope_pool_fused.out(*arrays, **kw, **outs),
+        "op.out, Python kernel": lambda: python_op.out(*arrays, **kw, **outs),
     }
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     times = {name: [] for name in paths}
@@ -62,10 +84,11 @@ def main():
             times[name].append((time.perf_counter() - start) / args.calls * 1e6)
     print(f"torch {torch.__version__}, {dev}, {args.dtype}, T={t}, {args.shape}, pool {args.pool}, "
           f"{args.rounds} rounds x {args.calls} calls: median us per call")
-    base = statistics.median(times[next(iter(paths))])
+    base = {True: statistics.median(times["direct, q_out/k_out"]),
+            False: statistics.median(times["direct (ropepool.rope_pool_fused)"])}
     for name, ts in times.items():
         m = statistics.median(ts)
-        print(f"  {name:42s} {m:8.2f}   (+{m - base:.2f})")
+        print(f"  {name:46s} {m:8.2f}   ({m - base['out' in name]:+.2f} over the direct call)")
 
 
 if __name__ == "__main__":

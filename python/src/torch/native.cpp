@@ -1,12 +1,17 @@
 /*
  * native.cpp — ropepool._ropepool_torch: the functions of native.h on the C++ tensor a
- * torch.Tensor wraps. Built against one torch (python/CMakeLists.txt); its module init refuses to
- * load under any other, since it uses that torch's C++ ABI.
+ * torch.Tensor wraps, and the C++ kernel of the torch operator (register_kernels). Built against
+ * one torch (python/CMakeLists.txt); its module init refuses to load under any other, since it
+ * uses that torch's C++ ABI.
  */
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/autograd/variable.h>
+#include <torch/library.h>
 
 #include <cstring>
+#include <vector>
 
 extern "C" {
 #include "native.h"
@@ -127,12 +132,180 @@ int bump_versions(PyObject *const *objs, int num)
     }
 }
 
+/* ---- the operator's kernel -------------------------------------------------------------------
+ *
+ * torch.ops.ropepool.rope_pool_fused (defined in ropepool/torch_op.py) with a Python kernel costs
+ * torch's boxing of its 31 arguments back into Python objects and a Python call: +110 µs per call
+ * over the direct binding on the development CPU, +30 µs on the H200's host
+ * (bench/results/torch-op-cpu.md). This boxed C++ kernel makes the same call of the binding
+ * (ropepool._ropepool.rope_pool_fused, so every check and message stays the library's) straight
+ * from the dispatcher's stack: the arguments as Python objects, the keyword-only ones only where
+ * they differ from the schema's default (what the Python kernel passed, too). */
+
+PyObject *binding_call; /* ropepool._ropepool.rope_pool_fused, set by register_kernels */
+
+/* The GIL for the kernel's duration: torch may call it with the GIL released. */
+struct gil_held {
+    PyGILState_STATE state = PyGILState_Ensure();
+    gil_held() = default;
+    gil_held(const gil_held &) = delete;
+    gil_held &operator=(const gil_held &) = delete;
+    ~gil_held() { PyGILState_Release(state); }
+};
+
+/* Whether a keyword-only argument is at its schema default: None for None, equal values of the
+ * same type otherwise (a NaN never is, so the binding refuses it). */
+bool at_default(const c10::Argument &argument, const c10::IValue &value)
+{
+    if (!argument.kwarg_only() || !argument.default_value())
+        return false;
+    const c10::IValue &fallback = *argument.default_value();
+    if (value.isNone() || fallback.isNone())
+        return value.isNone() && fallback.isNone();
+    if (value.isBool() && fallback.isBool())
+        return value.toBool() == fallback.toBool();
+    if (value.isInt() && fallback.isInt())
+        return value.toInt() == fallback.toInt();
+    if (value.isDouble() && fallback.isDouble())
+        return value.toDouble() == fallback.toDouble();
+    if (value.isString() && fallback.isString())
+        return value.toStringRef() == fallback.toStringRef();
+    return false;
+}
+
+/* A new reference to the Python object for an argument of the schema's types; NULL with an
+ * exception for any other (the schema has none). */
+PyObject *python_value(const c10::IValue &value)
+{
+    if (value.isTensor())
+        return THPVariable_Wrap(value.toTensor());
+    if (value.isNone())
+        Py_RETURN_NONE;
+    if (value.isBool())
+        return PyBool_FromLong(value.toBool());
+    if (value.isInt())
+        return PyLong_FromLongLong(value.toInt());
+    if (value.isDouble())
+        return PyFloat_FromDouble(value.toDouble());
+    if (value.isString()) {
+        const std::string &text = value.toStringRef();
+        return PyUnicode_FromStringAndSize(text.data(), (Py_ssize_t)text.size());
+    }
+    if (value.isIntList()) {
+        const c10::List<int64_t> items = value.toIntList();
+        PyObject *list = PyList_New((Py_ssize_t)items.size());
+        for (size_t i = 0; list != nullptr && i < items.size(); i++) {
+            PyObject *item = PyLong_FromLongLong(items.get(i));
+            if (item == nullptr)
+                Py_CLEAR(list);
+            else
+                PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+        }
+        return list;
+    }
+    PyErr_Format(PyExc_TypeError, "ropepool's operator kernel has no Python value for an argument of type %s",
+                 value.tagKind().c_str());
+    return nullptr;
+}
+
+/* The binding's result for the schema: the default overload returns (q_rot, k_rot), the out
+ * overload nothing (the binding returns (q_rot, k_rot, k_pool, v_pool)). */
+void push_results(const c10::FunctionSchema &schema, PyObject *result, torch::jit::Stack *stack)
+{
+    for (size_t i = 0; i < schema.returns().size(); i++)
+        stack->emplace_back(THPVariable_Unpack(PyTuple_GET_ITEM(result, (Py_ssize_t)i)));
+}
+
+void kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack)
+{
+    const c10::FunctionSchema &schema = op.schema();
+    const std::vector<c10::Argument> &arguments = schema.arguments();
+    const size_t num = arguments.size();
+    gil_held gil;
+    /* argv: the positional arguments, then the values of the keywords named in kwnames */
+    std::vector<PyObject *> argv;
+    argv.reserve(num);
+    PyObject *kwnames = nullptr, *result = nullptr;
+    size_t positional = 0, keywords = 0;
+    for (size_t i = 0; i < num; i++) {
+        const c10::IValue &value = torch::jit::peek(*stack, i, num);
+        keywords += arguments[i].kwarg_only() && !at_default(arguments[i], value);
+        positional += !arguments[i].kwarg_only();
+    }
+    kwnames = PyTuple_New((Py_ssize_t)keywords);
+    for (size_t i = 0, named = 0; kwnames != nullptr && i < num; i++) {
+        const c10::IValue &value = torch::jit::peek(*stack, i, num);
+        if (arguments[i].kwarg_only() && at_default(arguments[i], value))
+            continue;
+        PyObject *item = python_value(value);
+        if (item == nullptr)
+            goto done;
+        argv.push_back(item);
+        if (arguments[i].kwarg_only()) {
+            PyObject *name = PyUnicode_InternFromString(arguments[i].name().c_str());
+            if (name == nullptr)
+                goto done;
+            PyTuple_SET_ITEM(kwnames, (Py_ssize_t)named++, name);
+        }
+    }
+    if (kwnames != nullptr)
+        result = PyObject_Vectorcall(binding_call, argv.data(), positional, kwnames);
+done:
+    for (PyObject *item : argv)
+        Py_DECREF(item);
+    Py_XDECREF(kwnames);
+    if (result == nullptr) {
+        python_error error; /* torch raises the binding's own exception (RopePoolError, ...) */
+        error.persist();
+        throw error;
+    }
+    torch::jit::drop(*stack, num);
+    push_results(schema, result, stack);
+    Py_DECREF(result);
+}
+
+/* register_kernels(binding, names): the kernel above for CPU and CUDA tensors of each operator
+ * (ropepool::<name>), once per process; the operators must be defined already. */
+PyObject *register_kernels(PyObject *, PyObject *args)
+{
+    PyObject *binding = nullptr, *names = nullptr;
+    if (!PyArg_ParseTuple(args, "OO!:register_kernels", &binding, &PyTuple_Type, &names))
+        return nullptr;
+    if (binding_call != nullptr) {
+        PyErr_SetString(PyExc_RuntimeError, "ropepool's operator kernels are registered already");
+        return nullptr;
+    }
+    try {
+        /* Registrations last as long as their Library: these stay for the process's life. */
+        for (c10::DispatchKey key : {c10::DispatchKey::CPU, c10::DispatchKey::CUDA}) {
+            auto *library = new torch::Library(torch::Library::IMPL, "ropepool", key, __FILE__, __LINE__);
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
+                const char *name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(names, i));
+                if (name == nullptr)
+                    return nullptr;
+                library->impl(name, torch::CppFunction::makeFromBoxedFunction<&kernel>());
+            }
+        }
+    } catch (const c10::Error &e) {
+        PyErr_Format(PyExc_RuntimeError, "registering ropepool's operator kernels: %s", e.what_without_backtrace());
+        return nullptr;
+    }
+    Py_INCREF(binding);
+    binding_call = binding;
+    Py_RETURN_NONE;
+}
+
+PyMethodDef module_methods[] = {
+    {"register_kernels", register_kernels, METH_VARARGS,
+     "register_kernels(binding, names): ropepool::<name> on CPU and CUDA tensors calls binding from C++"},
+    {nullptr, nullptr, 0, nullptr}};
+
 const rpy_torch_native api = {RPY_TORCH_NATIVE_ABI, describe,       empty_like,   inference_locked,
                               grad_enabled,         requires_grad, bump_versions};
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_ropepool_torch",
                           "ropepool's tensor access on torch's C++ API (see native.h)", -1,
-                          nullptr, nullptr, nullptr, nullptr, nullptr};
+                          module_methods, nullptr, nullptr, nullptr, nullptr};
 
 } /* namespace */
 

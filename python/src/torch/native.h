@@ -4,6 +4,9 @@
  * Python API, one tensor and one Python call at a time (about 0.2 µs a tensor, most of a T = 1
  * call's overhead: bench/results/python-call-cpu.md), done on the C++ tensor itself.
  *
+ * The module also holds the torch operator's C++ kernel (native.cpp, register_kernels), which
+ * ropepool/torch_op.py registers when the module loads.
+ *
  * The extension is compiled against one torch's headers and C++ ABI, and loads only under that
  * version (its module init refuses any other); the binding then falls back to DLPack's exchange
  * API. Every function here is called with the GIL held.
