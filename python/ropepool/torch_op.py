@@ -117,6 +117,12 @@ def _native_module():
 # kernel (the dispatcher calls the binding without boxing the arguments into a Python call: a tenth
 # of the cost, bench/results/torch-op-cpu.md), or "python" (_direct and _impl_out below).
 KERNEL = None
+# The dispatch keys the kernel is registered under. Besides the devices, the keys of a tensor with
+# the negative or conjugate bit, or of a zero tensor: torch's fallbacks for these would hand the
+# kernel a materialised copy (and, for a written pool, write the copy and fail torch's own check
+# after the other pool was written), so the kernel takes the caller's tensors as they are, and
+# the binding refuses them as the direct call does, before anything is written.
+KERNEL_KEYS = ("CPU", "CUDA", "Negative", "Conjugate", "ZeroTensor")
 
 
 def _define():
@@ -128,11 +134,11 @@ def _define():
     for (name, schema), impl, fake in zip(SCHEMAS.items(), (_direct, _impl_out), (_fake, _fake_out)):
         lib.define(name + schema)
         if native is None:
-            for key in ("CPU", "CUDA"):
+            for key in KERNEL_KEYS:
                 lib.impl(name, impl, key)
         torch.library.register_fake("ropepool::" + name, fake, lib=lib)
     if native is not None:
-        native.register_kernels(_ropepool.rope_pool_fused, tuple(SCHEMAS))
+        native.register_kernels(_ropepool.rope_pool_fused, tuple(SCHEMAS), KERNEL_KEYS)
     KERNEL = "python" if native is None else "native"
     _define.lib = lib  # the registrations live as long as the library object
 

@@ -151,6 +151,30 @@ def test_keywords_at_their_defaults_and_refused_values_reach_the_binding(ropepoo
         assert (old == p.fw.bits(x)).all()
 
 
+@pytest.mark.parametrize("view", ["negative bit", "zero tensor"])
+@pytest.mark.parametrize("name", ["v", "k_pool", "v_pool", "q_out"])
+def test_a_negative_view_or_zero_tensor_is_refused_as_the_direct_call_refuses_it(ropepool, name, view):
+    """torch's fallbacks for these would hand the kernel a materialised copy: a pool's rows written
+    into a discarded copy after the other pool was written, then torch's own internal assert.
+    The operator's kernel takes them as they are: the binding's refusal, nothing written."""
+    p = problem("cpu")
+    outs = dict(q_out=torch.zeros_like(p.q), k_out=torch.zeros_like(p.k))
+    arrays = dict(zip(["q", "k", "v", "positions", "slots", "k_pool", "v_pool"], p.arrays()), **outs)
+    before = {n: x.clone() for n, x in arrays.items()}
+    x = arrays[name]
+    arrays[name] = torch._neg_view(x) if view == "negative bit" else torch._efficientzerotensor(x.shape, dtype=x.dtype)
+    calls = {"direct": ropepool.rope_pool_fused, "operator": torch.ops.ropepool.rope_pool_fused}
+    messages = {}
+    for label, call in calls.items():
+        with pytest.raises(ropepool.RopePoolError) as refused:
+            call(*list(arrays.values())[:7], **p.kwargs(**{n: arrays[n] for n in outs}))
+        messages[label] = str(refused.value)
+        for n, old in before.items():
+            if n != name:
+                assert torch.equal(arrays[n], old), (label, n)
+    assert messages["operator"] == messages["direct"]
+
+
 @pytest.mark.parametrize("overload", ["default", "out"])
 @pytest.mark.parametrize("variant", [False, True])
 def test_opcheck(ropepool, device, overload, variant):

@@ -264,12 +264,13 @@ done:
     Py_DECREF(result);
 }
 
-/* register_kernels(binding, names): the kernel above for CPU and CUDA tensors of each operator
- * (ropepool::<name>), once per process; the operators must be defined already. */
+/* register_kernels(binding, names, keys): the kernel above for each operator (ropepool::<name>)
+ * under each dispatch key (torch's names), once per process; the operators must be defined
+ * already. */
 PyObject *register_kernels(PyObject *, PyObject *args)
 {
-    PyObject *binding = nullptr, *names = nullptr;
-    if (!PyArg_ParseTuple(args, "OO!:register_kernels", &binding, &PyTuple_Type, &names))
+    PyObject *binding = nullptr, *names = nullptr, *keys = nullptr;
+    if (!PyArg_ParseTuple(args, "OO!O!:register_kernels", &binding, &PyTuple_Type, &names, &PyTuple_Type, &keys))
         return nullptr;
     if (binding_call != nullptr) {
         PyErr_SetString(PyExc_RuntimeError, "ropepool's operator kernels are registered already");
@@ -277,8 +278,12 @@ PyObject *register_kernels(PyObject *, PyObject *args)
     }
     try {
         /* Registrations last as long as their Library: these stay for the process's life. */
-        for (c10::DispatchKey key : {c10::DispatchKey::CPU, c10::DispatchKey::CUDA}) {
-            auto *library = new torch::Library(torch::Library::IMPL, "ropepool", key, __FILE__, __LINE__);
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(keys); k++) {
+            const char *key = PyUnicode_AsUTF8(PyTuple_GET_ITEM(keys, k));
+            if (key == nullptr)
+                return nullptr;
+            auto *library = new torch::Library(torch::Library::IMPL, "ropepool", c10::parseDispatchKey(key),
+                                               __FILE__, __LINE__);
             for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
                 const char *name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(names, i));
                 if (name == nullptr)
@@ -297,7 +302,7 @@ PyObject *register_kernels(PyObject *, PyObject *args)
 
 PyMethodDef module_methods[] = {
     {"register_kernels", register_kernels, METH_VARARGS,
-     "register_kernels(binding, names): ropepool::<name> on CPU and CUDA tensors calls binding from C++"},
+     "register_kernels(binding, names, keys): ropepool::<name> under each dispatch key calls binding from C++"},
     {nullptr, nullptr, 0, nullptr}};
 
 const rpy_torch_native api = {RPY_TORCH_NATIVE_ABI, describe,       empty_like,   inference_locked,
