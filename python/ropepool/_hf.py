@@ -171,6 +171,17 @@ def _has_key(config, name):
     return name in config if isinstance(config, Mapping) else hasattr(config, name)
 
 
+def _scaling_factor(value, rope_type):
+    """A yarn or longrope factor given in the config: > 0. (The library reads 0 as "derive it from
+    the lengths", which transformers does only for a factor that is absent or None: an explicit 0
+    gives it infinite frequencies for yarn and a different attention scaling for longrope.)"""
+    factor = _number(value, "rope_parameters['factor']")
+    if not factor > 0:
+        raise _error(f"rope_parameters['factor'] must be > 0 for rope type '{rope_type}' (or absent: derived "
+                     f"from max_position_embeddings / original_max_position_embeddings), got {factor}")
+    return factor
+
+
 def _required(params, rope_type, name):
     if params.get(name) is None:
         raise _error(f"rope type '{rope_type}' needs rope_parameters['{name}'], which the config "
@@ -218,15 +229,17 @@ def _read(config, seq_len, layer_type):
     if rope_type == "yarn":
         if "factor" not in params:
             raise _error("rope type 'yarn' needs rope_parameters['factor'], which the config does not have")
-        for name in ("factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim"):
-            if params.get(name):  # None or 0: transformers derives or defaults it
+        if params["factor"] is not None:  # None: derived from the lengths, as transformers does
+            fields["factor"] = _scaling_factor(params["factor"], rope_type)
+        for name in ("beta_fast", "beta_slow", "mscale", "mscale_all_dim"):
+            if params.get(name):  # None or 0: transformers defaults it
                 fields[name] = _number(params[name], f"rope_parameters['{name}']")
         fields["truncate"] = bool(params.get("truncate", True))
     if rope_type == "longrope":
         fields["short_factor"] = _required(params, rope_type, "short_factor")
         fields["long_factor"] = _required(params, rope_type, "long_factor")
         if params.get("factor") is not None:
-            fields["factor"] = _number(params["factor"], "rope_parameters['factor']")
+            fields["factor"] = _scaling_factor(params["factor"], rope_type)
     if rope_type in ("yarn", "longrope") and params.get("attention_factor") is not None:
         attention_factor = _number(params["attention_factor"], "rope_parameters['attention_factor']")
         if not attention_factor > 0:

@@ -56,7 +56,7 @@ PyObject *rpy_hf_rope_frequencies(PyObject *module, PyObject *args, PyObject *kw
     PyObject *short_obj = Py_None, *long_obj = Py_None;
     int truncate = 1;
     long long rotary_dim = 0, seq_len = 0, max_pos = 0, orig = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iLd|dLLLLddddddOOp", keywords, &p.rope_type,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iLd|ddLLLddddddOOp", keywords, &p.rope_type,
                                      &rotary_dim, &p.rope_theta, &p.factor, &p.attention_factor,
                                      &seq_len, &max_pos, &orig, &p.beta_fast, &p.beta_slow, &p.mscale,
                                      &p.mscale_all_dim, &p.low_freq_factor, &p.high_freq_factor,

@@ -171,6 +171,35 @@ def test_non_positive_attention_factor_is_named(ropepool):
         ropepool.hf_rope_parameters(with_rope(rope_type="yarn", factor=4.0, attention_factor=-1.0))
 
 
+@pytest.mark.parametrize("rope", [
+    dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=1024),
+    dict(rope_type="longrope", factor=4.0, original_max_position_embeddings=1024, short_factor=[1.0] * 64,
+         long_factor=[2.0] * 64)], ids=["yarn", "longrope"])
+def test_attention_factor_is_the_attention_scaling_and_leaves_the_table(ropepool, rope):
+    """transformers: attention_scaling = attention_factor when the config gives it; the table is
+    the one without it."""
+    table, derived = ropepool.hf_rope_parameters(with_rope(**rope))
+    given, scaling = ropepool.hf_rope_parameters(with_rope(**rope, attention_factor=1.2))
+    assert scaling == 1.2 and derived != 1.2
+    assert np.array_equal(given, table)
+    assert ropepool.hf_rope_kwargs(with_rope(**rope, attention_factor=0.75))["attention_scaling"] == 0.75
+
+
+@pytest.mark.parametrize("rope_type", ["yarn", "longrope"])
+@pytest.mark.parametrize("factor", [0, 0.0, -2.0])
+def test_an_explicit_yarn_or_longrope_factor_must_be_positive(ropepool, rope_type, factor):
+    """Absent or None, the factor is derived from the lengths (as transformers does); an explicit
+    0 is not (transformers' yarn table would be infinite), so it is refused, not derived."""
+    rope = dict(rope_type=rope_type, factor=factor, original_max_position_embeddings=1024)
+    if rope_type == "longrope":
+        rope.update(short_factor=[1.0] * 64, long_factor=[2.0] * 64)
+    with pytest.raises(ropepool.RopePoolError, match=r"rope_parameters\['factor'\] must be > 0 for rope type"):
+        ropepool.hf_rope_parameters(with_rope(**rope))
+    _, scaling = ropepool.hf_rope_parameters(with_rope(**dict(rope, factor=None)))
+    assert scaling == pytest.approx(math.sqrt(1 + math.log(4) / math.log(1024)) if rope_type == "longrope"
+                                    else 0.1 * math.log(4) + 1)
+
+
 def test_layer_type_must_match_the_config(ropepool):
     gemma3 = fixture_config("gemma3-4b")
     with pytest.raises(ropepool.RopePoolError, match="full_attention, sliding_attention.*got None"):
