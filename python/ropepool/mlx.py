@@ -63,17 +63,18 @@ _KV_CACHE_DTYPES = {"auto": 0, "fp8_e4m3": 14, "fp8": 14, "fp8_e5m2": 15}
 _context_ready = False
 
 
-def _integer(name, value, zero_refused=None, none_means="head_dim"):
+def _integer(name, value, zero_refused=None, none_means="head_dim", least=1):
     """None (the library's 0: its default) or an int; every range check is the library's, except
     that an explicit 0 is refused where the library would read it as "not set" (rotary_dim,
-    v_head_dim): None is that default here, so 0 is a value the call cannot honour."""
+    v_head_dim): None is that default here, so 0 is a value the call cannot honour. So is any
+    value below `least` there, whose library message would offer C's 0 as the default."""
     if value is None:
         return 0
     try:
         value = operator.index(value)
     except TypeError:
         raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
-    if value <= 0 and zero_refused:  # the library's messages would offer C's 0 for the default
+    if value < least and zero_refused:
         raise RopePoolError(f"{name} must be {zero_refused} (None = {none_means}), got {value}")
     return value
 
@@ -236,7 +237,7 @@ def rope_pool_fused(
     if not _context_ready:
         _ext.set_threads(num_threads())
         _context_ready = True
-    rotary_dim = _integer("rotary_dim", rotary_dim, zero_refused=">= 2")
+    rotary_dim = _integer("rotary_dim", rotary_dim, zero_refused=">= 2", least=2)
     section, interleaved = _mrope(mrope_section, mrope_interleaved)
     attention_scaling = _number("attention_scaling", attention_scaling)
     if not (math.isfinite(attention_scaling) and attention_scaling > 0.0):  # 0 is the library's "not set"

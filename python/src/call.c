@@ -221,11 +221,11 @@ static int scalar_arguments(PyObject *const values[NUM_PARAMS], rp_rope_pool_arg
     a->rotary_dim = rotary_dim;
     a->v_head_dim = v_head_dim;
     /* In C a zero field means "not set"; from Python that is None, so an explicit 0 is a value the
-     * library cannot honour, refused rather than read as the default. Negative values too: the
-     * library's message would offer C's 0 for the default. */
+     * library cannot honour, refused rather than read as the default. So are the other values
+     * below the least allowed: the library's message would offer C's 0 for the default. */
     if (values[P_THREADS] != NULL && threads <= 0)
         return rpy_refuse("threads must be >= 1 (None = the module's setting), got %lld", threads);
-    if (values[P_ROTARY_DIM] != NULL && rotary_dim <= 0)
+    if (values[P_ROTARY_DIM] != NULL && rotary_dim < 2)
         return rpy_refuse("rotary_dim must be >= 2 (None = head_dim), got %lld", rotary_dim);
     if (values[P_V_HEAD_DIM] != NULL && v_head_dim <= 0)
         return rpy_refuse("v_head_dim must be positive (None = head_dim), got %lld", v_head_dim);

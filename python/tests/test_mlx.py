@@ -234,6 +234,7 @@ def test_mlx_only_refusals_name_the_keyword(mlx_fw):
         (dict(rotary_dim=33), "rotary_dim must be even, got 33"),
         (dict(rotary_dim=66, inv_freq=np.ones(3)), "rotary_dim 66 is larger than head_dim 64"),
         (dict(rotary_dim=0), "rotary_dim must be >= 2 (None = head_dim), got 0"),
+        (dict(rotary_dim=1), "rotary_dim must be >= 2 (None = head_dim), got 1"),
         (dict(v_head_dim=0), "v_head_dim must be positive (None = head_dim), got 0"),
         (dict(attention_scaling=0), "attention_scaling must be positive and finite (default 1.0), got 0.0"),
         (dict(threads=0), "threads must be >= 1 (None = ROPEPOOL_NUM_THREADS), got 0"),

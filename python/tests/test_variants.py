@@ -114,6 +114,7 @@ def test_variants_in_place_and_into_caller_outputs(ropepool, fw, is_neox):
     (dict(v_head_dim=0), "v_head_dim must be positive (None = head_dim), got 0"),
     (dict(v_head_dim=-4), "v_head_dim must be positive (None = head_dim), got -4"),
     (dict(rotary_dim=-2), "rotary_dim must be >= 2 (None = head_dim), got -2"),
+    (dict(rotary_dim=1), "rotary_dim must be >= 2 (None = head_dim), got 1"),
     (dict(attention_scaling=float("nan")), "attention_scaling must be positive and finite (default 1.0), got nan"),
     (dict(attention_scaling=-1.0), "attention_scaling must be positive and finite (default 1.0), got -1.0"),
     (dict(attention_scaling=0.0), "attention_scaling must be positive and finite (default 1.0), got 0.0"),
