@@ -157,6 +157,7 @@ def _head_and_rotary_dim(text, model_type, params):
             raise _error("the config has neither head_dim nor hidden_size and num_attention_heads "
                          "(n_embd and n_head)")
         head_dim = _integer(hidden, "hidden_size") // _integer(heads, "num_attention_heads", lowest=1)
+        head_dim = _class_head_dim(text) or head_dim
     head_dim = _integer(head_dim, "head_dim")
     if model_type in ("gptj", "codegen"):  # an absolute rotary_dim; GPTJConfig's default is 64
         rotary_dim = _field(text, "rotary_dim")
@@ -165,6 +166,23 @@ def _head_and_rotary_dim(text, model_type, params):
         return head_dim, _integer(rotary_dim, "rotary_dim")
     factor = _number(params.get("partial_rotary_factor", 1.0), "partial_rotary_factor")
     return head_dim, _integer(head_dim * factor, "head_dim * partial_rotary_factor")
+
+
+def _class_head_dim(text):
+    """The head_dim transformers' config class gives a config.json dict that leaves it out, where
+    transformers is installed: Qwen3's 128 and Gemma's 256 are class defaults, not hidden_size //
+    num_attention_heads. None for an object (it has its class's value), a dict without its own
+    model_type, or without transformers (then the head is hidden_size // num_attention_heads)."""
+    if not isinstance(text, Mapping) or not isinstance(text.get("model_type"), str):
+        return None
+    try:
+        from transformers import AutoConfig
+
+        config = AutoConfig.for_model(**text)
+        head_dim = getattr(config.get_text_config(), "head_dim", None)
+    except Exception:  # not installed, a model type it does not know, a config it refuses
+        return None
+    return head_dim if isinstance(head_dim, int) and not isinstance(head_dim, bool) else None
 
 
 def _has_key(config, name):
@@ -258,6 +276,8 @@ def hf_rope_parameters(config, *, seq_len=None, layer_type=None):
 
     config: a model's config.json as a dict, or a transformers ``PretrainedConfig`` (any object
     with those attributes); a multimodal config's ``text_config``, where present, is the one read.
+    A dict without head_dim gets its config class's default where transformers is installed
+    (Qwen3: 128, Gemma: 256), else hidden_size // num_attention_heads.
     seq_len: the sequence length served, for rope types that depend on it (dynamic: past
     max_position_embeddings the base grows, as transformers' runtime update does; longrope: long
     factors past original_max_position_embeddings). layer_type: for configs with one rope per layer

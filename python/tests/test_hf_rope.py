@@ -200,6 +200,18 @@ def test_an_explicit_yarn_or_longrope_factor_must_be_positive(ropepool, rope_typ
                                     else 0.1 * math.log(4) + 1)
 
 
+@pytest.mark.parametrize("model_type, head_dim", [("qwen3", 128), ("gemma2", 256), ("llama", 64)])
+def test_a_dict_without_head_dim_gets_its_config_class_default(ropepool, model_type, head_dim):
+    """Qwen3's and Gemma's config classes default head_dim (128, 256) rather than deriving it from
+    hidden_size // num_attention_heads (64 here): a config.json dict that leaves it out gets what
+    transformers gives it, the same as the config object."""
+    transformers = pytest.importorskip("transformers")
+    config = dict(model_type=model_type, hidden_size=1024, num_attention_heads=16, num_key_value_heads=8)
+    got = ropepool.hf_rope_kwargs(config)
+    assert got["rotary_dim"] == head_dim
+    assert got["rotary_dim"] == ropepool.hf_rope_kwargs(transformers.AutoConfig.for_model(**config))["rotary_dim"]
+
+
 def test_layer_type_must_match_the_config(ropepool):
     gemma3 = fixture_config("gemma3-4b")
     with pytest.raises(ropepool.RopePoolError, match="full_attention, sliding_attention.*got None"):
