@@ -480,7 +480,10 @@ typedef struct rp_hf_rope_params {
  * Follows transformers 5's operation order (its ROPE_INIT_FUNCTIONS and models' default init) in
  * float32, because the float32 table is the one the model was trained with; only pow differs:
  * ours is correctly rounded (double pow, then one rounding), torch's CPU powf is within 1 ulp.
- * Dynamic NTK with seq_len > max_position_embeddings forms its grown theta in float32, as
+ * Later operations keep that within 3 ulps, except llama3's smoothing, whose subtraction of nearly
+ * equal terms can amplify it by about factor * low_freq_factor / (high_freq_factor -
+ * low_freq_factor): up to ~120 ulps on random configs; the published Llama 3.1 and 3.2 configs
+ * give transformers' table bit for bit. Dynamic NTK with seq_len > max_position_embeddings forms its grown theta in float32, as
  * transformers' runtime update does. Writes R/2 float32 values, widened, to inv_freq[0..R/2) and
  * the cos/sin scale (1.0 unless yarn or longrope) to *attention_scaling: ready to pass as
  * rp_rope_pool_args.inv_freq and .attention_scaling. A call that fails writes neither.

@@ -129,14 +129,13 @@ def _rope_parameters(text, model_type, layer_type):
         theta = 10000.0 * _field(text, "rope_ratio", 1.0)
     elif model_type in ("gptj", "codegen"):
         theta = 10000.0  # create_sinusoidal_positions: a fixed base
-    elif model_type == "gpt_neox":
-        theta = _field(text, "rotary_emb_base", theta)
+    elif model_type == "gpt_neox":  # GPTNeoXConfig reads rotary_emb_base, never a top-level rope_theta
+        theta = _field(text, "rotary_emb_base")
     if theta is None:
         theta = _DEFAULT_THETA.get(model_type, 10000.0)
     params.setdefault("rope_theta", theta)
-    partial = _field(text, "partial_rotary_factor")
-    if partial is None and model_type == "gpt_neox":
-        partial = _field(text, "rotary_pct")
+    # GPTNeoXConfig reads rotary_pct, never a top-level partial_rotary_factor
+    partial = _field(text, "rotary_pct" if model_type == "gpt_neox" else "partial_rotary_factor")
     if partial is None:
         partial = _DEFAULT_PARTIAL.get(model_type)
     if partial is not None:
@@ -286,7 +285,9 @@ def hf_rope_parameters(config, *, seq_len=None, layer_type=None):
     Returns ``(inv_freq, attention_scaling)``: a float64 array of rotary_dim/2 frequencies holding
     transformers' float32 values (within 1 float32 ulp of its CPU buffers on the committed
     fixtures, 99% bit-identical; the one difference is pow, correctly rounded here, within 1 ulp in
-    torch's CPU powf, which later operations such as 1/x can widen to 3 ulps on unlucky configs),
+    torch's CPU powf, which later operations such as 1/x can widen to 3 ulps on unlucky configs,
+    and llama3's smoothing by up to about factor * low_freq_factor / (high_freq_factor -
+    low_freq_factor): ~120 ulps on random configs, none on the published Llama 3.1/3.2 ones),
     and a float, ready for
     ``rope_pool_fused(..., inv_freq=inv_freq, attention_scaling=attention_scaling)``.
 

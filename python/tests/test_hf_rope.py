@@ -212,6 +212,18 @@ def test_a_dict_without_head_dim_gets_its_config_class_default(ropepool, model_t
     assert got["rotary_dim"] == ropepool.hf_rope_kwargs(transformers.AutoConfig.for_model(**config))["rotary_dim"]
 
 
+def test_gpt_neox_reads_its_own_names_only(ropepool):
+    """GPTNeoXConfig takes its base from rotary_emb_base and its partial factor from rotary_pct
+    (default 10000 and 0.25); a top-level rope_theta or partial_rotary_factor does not count."""
+    base = dict(model_type="gpt_neox", hidden_size=512, num_attention_heads=4)
+    plain = ropepool.hf_rope_kwargs(base)
+    assert plain["rotary_dim"] == 32 and plain["inv_freq"][1] == np.float32(10000.0 ** (-2 / 32))
+    ignored = ropepool.hf_rope_kwargs(dict(base, rope_theta=1e6, partial_rotary_factor=0.5))
+    assert ignored["rotary_dim"] == 32 and np.array_equal(ignored["inv_freq"], plain["inv_freq"])
+    own = ropepool.hf_rope_kwargs(dict(base, rotary_emb_base=1e6, rotary_pct=0.5))
+    assert own["rotary_dim"] == 64 and own["inv_freq"][1] == np.float32(1e6 ** (-2 / 64))
+
+
 def test_layer_type_must_match_the_config(ropepool):
     gemma3 = fixture_config("gemma3-4b")
     with pytest.raises(ropepool.RopePoolError, match="full_attention, sliding_attention.*got None"):
