@@ -13,7 +13,10 @@ The results are lazy ``mx.array`` s from one MLX primitive: nothing runs until t
 (``mx.eval``, ``.item()``, ...), and they compose with the rest of an MLX graph. The new pools share
 the buffers of the pools passed in (the call never copies a pool): the rows ``slots[t]`` are written
 into those buffers when the primitive is evaluated, so treat the pools passed in as consumed and
-read the cache through the returned arrays, as sglang does.
+read the cache through the returned arrays, as sglang does. A lazy read of a pool passed in that
+is not evaluated before the results are (``old = v_pool * 1``, attention over the previous cache)
+may see the new rows: MLX does not order an earlier reader of a shared buffer before the write.
+Evaluate such reads first.
 
 Evaluation runs ropepool's CPU backend (its worker threads, ROPEPOOL_NUM_THREADS) on the thread
 that evaluates the graph, so that a refusal reaches ``mx.eval`` as itself; when an input is computed
