@@ -31,6 +31,13 @@ _DEFAULT_PARTIAL = {
     "phi": 0.5, "stablelm": 0.25, "gpt_neox": 0.25, "glm": 0.5, "glm4": 0.5, "glm4_moe": 0.5,
     "chatglm": 0.5,  # THUDM's remote code: RotaryEmbedding(kv_channels // 2)
 }
+# Families whose modeling code computes the default rope over the whole head, whatever
+# partial_rotary_factor says (their compute_default_rope_parameters does not read it; the other rope
+# types' functions in modeling_rope_utils.py do, for every family).
+_DEFAULT_ROPE_IGNORES_PARTIAL = frozenset((
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_vl", "qwen2_vl_text",
+    "qwen2_5_vl", "qwen2_5_vl_text", "qwen3_vl", "qwen3_vl_text", "gemma", "gemma2", "gemma3", "gemma3_text",
+    "starcoder2", "olmo", "granite", "falcon", "cohere", "cohere2"))
 # mRoPE as transformers' Qwen-VL text rotary embeddings apply it: (default mrope_section,
 # interleaved). Qwen2-VL / Qwen2.5-VL take consecutive chunks; Qwen3-VL always interleaves.
 _MROPE = {
@@ -164,6 +171,8 @@ def _head_and_rotary_dim(text, model_type, params):
             rotary_dim = head_dim if _has_key(text, "rotary_dim") else 64
         return head_dim, _integer(rotary_dim, "rotary_dim")
     factor = _number(params.get("partial_rotary_factor", 1.0), "partial_rotary_factor")
+    if params["rope_type"] == "default" and model_type in _DEFAULT_ROPE_IGNORES_PARTIAL:
+        factor = 1.0
     return head_dim, _integer(head_dim * factor, "head_dim * partial_rotary_factor")
 
 

@@ -224,6 +224,21 @@ def test_gpt_neox_reads_its_own_names_only(ropepool):
     assert own["rotary_dim"] == 64 and own["inv_freq"][1] == np.float32(1e6 ** (-2 / 64))
 
 
+@pytest.mark.parametrize("model_type, rope, rotary_dim", [
+    ("llama", None, 128), ("qwen3", None, 128),  # their default rope spans the head, whatever the factor
+    ("llama", dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=1024), 64),
+    ("llama", dict(rope_type="linear", factor=4.0), 64), ("phi", None, 64), ("stablelm", None, 64)])
+def test_partial_rotary_factor_counts_where_transformers_reads_it(ropepool, model_type, rope, rotary_dim):
+    """transformers reads partial_rotary_factor in every non-default rope function, and in the
+    default rope of the families whose modeling code does (Phi, StableLM, GPT-NeoX, GLM), not in
+    Llama's or Qwen's (checked against their rotary modules while writing this)."""
+    config = dict(model_type=model_type, hidden_size=512, num_attention_heads=4, num_key_value_heads=4,
+                  head_dim=128, partial_rotary_factor=0.5, max_position_embeddings=4096, rope_theta=1e4)
+    if rope is not None:
+        config["rope_parameters"] = dict(rope, rope_theta=1e4)
+    assert ropepool.hf_rope_kwargs(config)["rotary_dim"] == rotary_dim
+
+
 def test_layer_type_must_match_the_config(ropepool):
     gemma3 = fixture_config("gemma3-4b")
     with pytest.raises(ropepool.RopePoolError, match="full_attention, sliding_attention.*got None"):
