@@ -83,11 +83,25 @@ def _integer(name, value, zero_refused=None, none_means="head_dim", least=1):
 
 
 def _number(name, value):
-    """A float (a one-element mx.array is read now: the call uses the value it has at this moment)."""
+    """A float (a one-element mx.array is read now: the call uses the value it has at this moment);
+    a text is refused, as the NumPy call refuses it, not parsed."""
+    size = getattr(value, "size", 1)
+    if size != 1:
+        raise RopePoolError(f"{name} must be a number or a one-element array, got {size} elements")
     try:
+        if isinstance(value, (str, bytes)):
+            raise TypeError
         return float(value)
     except (TypeError, ValueError):
         raise TypeError(f"{name} must be a number, got {type(value).__name__}") from None
+
+
+def _config_integer(name, value):
+    """head_dim, num_qo_heads, num_kv_heads: an int (NumPy's too); the library checks the value."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
 
 
 def _scale(name, value):
@@ -240,6 +254,10 @@ def rope_pool_fused(
     if not _context_ready:
         _ext.set_threads(num_threads())
         _context_ready = True
+    head_dim = _config_integer("head_dim", head_dim)
+    num_qo_heads = _config_integer("num_qo_heads", num_qo_heads)
+    num_kv_heads = _config_integer("num_kv_heads", num_kv_heads)
+    rope_base = _number("rope_base", rope_base)
     rotary_dim = _integer("rotary_dim", rotary_dim, zero_refused=">= 2", least=2)
     section, interleaved = _mrope(mrope_section, mrope_interleaved)
     attention_scaling = _number("attention_scaling", attention_scaling)

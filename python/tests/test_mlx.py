@@ -251,6 +251,32 @@ def test_mlx_only_refusals_name_the_keyword(mlx_fw):
     helpers.assert_unchanged(p, before)
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(head_dim=64.0), "head_dim must be an int, got float"),
+    (dict(num_qo_heads="8"), "num_qo_heads must be an int, got str"),
+    (dict(num_kv_heads=None), "num_kv_heads must be an int, got NoneType"),
+    (dict(rope_base="1e4"), "rope_base must be a number, got str"),
+    (dict(attention_scaling=None), "attention_scaling must be a number, got NoneType"),
+])
+def test_configuration_of_the_wrong_type_is_named_as_numpys_call_names_it(mlx_fw, kwargs, message):
+    """The NumPy call's TypeError and text, not the extension's list of its overloads."""
+    p = Problem(mlx_fw)
+    before = p.snapshot()
+    with pytest.raises(TypeError) as info:
+        call(p, **kwargs)
+    assert str(info.value) == message
+    with pytest.raises(TypeError) as numpy_info:
+        Problem(helpers.make_framework("numpy")).call(ropepool, **kwargs)
+    assert str(numpy_info.value) == message
+    helpers.assert_unchanged(p, before)
+
+
+def test_a_scale_of_several_elements_is_refused_as_by_numpys_call(mlx_fw):
+    p = Problem(mlx_fw)
+    with pytest.raises(ropepool.RopePoolError, match="k_scale must be a number or a one-element"):
+        call(p, k_scale=mx.array([1.0, 2.0]))
+
+
 def test_numpy_arrays_are_refused_with_their_type(mlx_fw):
     p = Problem(mlx_fw)
     with pytest.raises(TypeError):
