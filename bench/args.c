@@ -28,9 +28,9 @@ static const char usage[] =
     "  --rotary-dim R      rotate the first R dims of each head, pass the rest (0 = head_dim;\n"
     "                      default: the preset's)\n"
     "  --rope-scaling none rope_base's own table and attention scaling 1 instead of the preset's\n"
-    "  --qk-norm on|off    per-head QK RMSNorm before RoPE (default: the preset's; qwen3-8b: on)\n"
     "                      llama3/yarn/longrope table (with --style neox --rotary-dim 0: the\n"
     "                      seed's variant of the same shape, to compare against)\n"
+    "  --qk-norm on|off    per-head QK RMSNorm before RoPE (default: the preset's; qwen3-8b: on)\n"
     "  -T, --tokens LIST   token counts, comma-separated\n"
     "                      (default cpu 1,16,256,4096,16384; cuda 1,64,256,1024,4096,16384,65536)\n"
     "  --dtype LIST        f32, f16, bf16, comma-separated (default cpu f32, cuda bf16)\n"
@@ -470,6 +470,11 @@ int bench_options_for(const bench_options *o, int backend, bench_options *out)
     }
     if ((out->shape.v_head_dim || out->shape.q_head_dim) && out->baseline_seed) {
         fprintf(stderr, "ropepool-bench: %s: --baseline seed needs q and v heads of head_dim\n", out->shape.name);
+        return -1;
+    }
+    if (out->kv_layout != RP_KV_FLAT && out->block_size > out->pool_size) {
+        fprintf(stderr, "ropepool-bench: --block-size %lld is larger than the pool's %lld slots: lower "
+                        "--block-size or raise --pool\n", (long long)out->block_size, (long long)out->pool_size);
         return -1;
     }
     if (out->kv_layout != RP_KV_FLAT) /* whole blocks: the last one is full */

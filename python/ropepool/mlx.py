@@ -51,8 +51,10 @@ try:
     from . import _ropepool_mlx as _ext
 except ImportError as error:
     raise ImportError(
-        "ropepool was built without its MLX extension (MLX or nanobind was not installed when it "
-        "was built): reinstall with `python3 -m pip install \"./python[mlx]\"`"
+        "ropepool was built without its MLX extension (MLX, nanobind or a C++ compiler was missing "
+        "when it was built): on macOS reinstall with `python3 -m pip install \"./python[mlx]\"`; on "
+        "Linux install `\"mlx[cpu]==0.32.4\" nanobind==3.1.0 scikit-build-core numpy` first, then "
+        "`python3 -m pip install --no-build-isolation \"./python[mlx]\"`"
     ) from error
 
 if _ext.mlx_version != mx.__version__.split(".dev")[0]:
