@@ -75,10 +75,7 @@ def _integer(name, value, zero_refused=None, none_means="head_dim", least=1):
     value below `least` there, whose library message would offer C's 0 as the default."""
     if value is None:
         return 0
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
+    value = _config_integer(name, value)
     if value < least and zero_refused:
         raise RopePoolError(f"{name} must be {zero_refused} (None = {none_means}), got {value}")
     return value
@@ -99,7 +96,7 @@ def _number(name, value):
 
 
 def _config_integer(name, value):
-    """head_dim, num_qo_heads, num_kv_heads: an int (NumPy's too); the library checks the value."""
+    """An int (NumPy's too: head_dim, num_qo_heads, ...); the library checks the value."""
     try:
         return operator.index(value)
     except TypeError:

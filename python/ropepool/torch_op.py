@@ -14,8 +14,9 @@ The default overload mutates k_pool and v_pool in place and returns fresh q_rot 
 only custom operators whose returns alias no input). ``torch.ops.ropepool.rope_pool_fused(...,
 q_out=a, k_out=b)`` picks the ``out`` overload. The real kernel calls the direct binding (every
 check and message is the library's), from C++ where ropepool._ropepool_torch is built (``KERNEL``);
-the fake kernel allocates what the binding allocates, so shapes and strides agree under tracing. A scale is a one-element tensor or None (1.0): an operator argument
-cannot be a number or a tensor.
+the fake kernel allocates what the binding allocates, so shapes and strides agree under tracing.
+A scale is a one-element tensor or None (1.0): an operator argument cannot be a number or a
+tensor.
 
 ``ropepool.rope_pool_fused`` itself stays the direct C call in eager mode (its per-call overhead is
 a fraction of the operator's: bench/results/torch-op-cpu.md), and is substituted by
@@ -114,8 +115,8 @@ def _native_module():
 
 
 # Which kernel the operator runs on CPU and CUDA tensors: "native", ropepool._ropepool_torch's C++
-# kernel (the dispatcher calls the binding without boxing the arguments into a Python call: a tenth
-# of the cost, bench/results/torch-op-cpu.md), or "python" (_direct and _impl_out below).
+# kernel (the dispatcher calls the binding without boxing the arguments into a Python call: half
+# the operator's overhead, bench/results/torch-op-cpu.md), or "python" (_direct and _impl_out).
 KERNEL = None
 # The dispatch keys the kernel is registered under. Besides the devices, the keys of a tensor with
 # the negative or conjugate bit, or of a zero tensor: torch's fallbacks for these would hand the

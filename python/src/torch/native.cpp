@@ -223,36 +223,37 @@ void kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack)
     const size_t num = arguments.size();
     gil_held gil;
     /* argv: the positional arguments, then the values of the keywords named in kwnames */
-    std::vector<PyObject *> argv;
+    std::vector<PyObject *> argv, names;
     argv.reserve(num);
+    names.reserve(num);
     PyObject *kwnames = nullptr, *result = nullptr;
-    size_t positional = 0, keywords = 0;
-    for (size_t i = 0; i < num; i++) {
+    size_t positional = 0;
+    bool ok = true;
+    for (size_t i = 0; ok && i < num; i++) {
         const c10::IValue &value = torch::jit::peek(*stack, i, num);
-        keywords += arguments[i].kwarg_only() && !at_default(arguments[i], value);
-        positional += !arguments[i].kwarg_only();
-    }
-    kwnames = PyTuple_New((Py_ssize_t)keywords);
-    for (size_t i = 0, named = 0; kwnames != nullptr && i < num; i++) {
-        const c10::IValue &value = torch::jit::peek(*stack, i, num);
-        if (arguments[i].kwarg_only() && at_default(arguments[i], value))
+        const bool keyword = arguments[i].kwarg_only();
+        if (keyword && at_default(arguments[i], value))
             continue;
         PyObject *item = python_value(value);
-        if (item == nullptr)
-            goto done;
-        argv.push_back(item);
-        if (arguments[i].kwarg_only()) {
-            PyObject *name = PyUnicode_InternFromString(arguments[i].name().c_str());
-            if (name == nullptr)
-                goto done;
-            PyTuple_SET_ITEM(kwnames, (Py_ssize_t)named++, name);
-        }
+        PyObject *name = keyword && item ? PyUnicode_InternFromString(arguments[i].name().c_str()) : nullptr;
+        ok = item != nullptr && (!keyword || name != nullptr);
+        if (item != nullptr)
+            argv.push_back(item);
+        if (name != nullptr)
+            names.push_back(name);
+        positional += !keyword;
+    }
+    kwnames = ok ? PyTuple_New((Py_ssize_t)names.size()) : nullptr;
+    for (size_t i = 0; kwnames != nullptr && i < names.size(); i++) {
+        Py_INCREF(names[i]);
+        PyTuple_SET_ITEM(kwnames, (Py_ssize_t)i, names[i]);
     }
     if (kwnames != nullptr)
         result = PyObject_Vectorcall(binding_call, argv.data(), positional, kwnames);
-done:
     for (PyObject *item : argv)
         Py_DECREF(item);
+    for (PyObject *name : names)
+        Py_DECREF(name);
     Py_XDECREF(kwnames);
     if (result == nullptr) {
         python_error error; /* torch raises the binding's own exception (RopePoolError, ...) */
