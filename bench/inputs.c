@@ -196,6 +196,48 @@ char *bench_pool_row(const bench_layout *L, const rp_tensor *pool, int64_t slot,
     return (char *)pool->data + offset * (int64_t)pool_elem(L);
 }
 
+/* A Fisher-Yates shuffle of [0, pool) kept sparse: only the entries its first steps displaced are
+ * stored (open addressing, at most two a step), so drawing T slots costs memory for T, not for the
+ * pool (a pool of 2^31 slots is refused by its own allocation, not after 8 GiB of permutation). */
+typedef struct sparse_perm {
+    int64_t *key, *value; /* key -1: empty */
+    size_t mask;
+} sparse_perm;
+
+static int sparse_perm_init(sparse_perm *p, int64_t steps)
+{
+    size_t n = 16;
+    while (n < 4 * (size_t)steps)
+        n *= 2;
+    p->mask = n - 1;
+    p->key = malloc(n * sizeof *p->key);
+    p->value = malloc(n * sizeof *p->value);
+    if (p->key)
+        memset(p->key, 0xff, n * sizeof *p->key);
+    return p->key && p->value ? 0 : -1;
+}
+
+static size_t sparse_perm_find(const sparse_perm *p, int64_t i)
+{
+    size_t h = ((uint64_t)i * 0x9e3779b97f4a7c15ull) >> 20 & p->mask;
+    while (p->key[h] != -1 && p->key[h] != i)
+        h = (h + 1) & p->mask;
+    return h;
+}
+
+static int64_t sparse_perm_get(const sparse_perm *p, int64_t i)
+{
+    const size_t h = sparse_perm_find(p, i);
+    return p->key[h] == i ? p->value[h] : i;
+}
+
+static void sparse_perm_set(sparse_perm *p, int64_t i, int64_t v)
+{
+    const size_t h = sparse_perm_find(p, i);
+    p->key[h] = i;
+    p->value[h] = v;
+}
+
 int bench_inputs_create(bench_inputs *in, const bench_layout *L, int64_t tokens,
                         int64_t max_position, uint64_t seed, char *msg, size_t msg_size)
 {
@@ -206,11 +248,12 @@ int bench_inputs_create(bench_inputs *in, const bench_layout *L, int64_t tokens,
     in->v = bench_alloc(bench_v_bytes(L, tokens));
     in->positions = bench_alloc(bench_positions_bytes(L, tokens));
     in->slots = bench_alloc(bench_index_bytes(L, tokens));
-    /* Distinct slots: the first `tokens` steps of a Fisher-Yates shuffle of [0, pool). The
-     * permutation costs 4 bytes a slot, less than the pools themselves. */
-    uint32_t *perm = malloc((size_t)L->pool_size * sizeof *perm);
-    if (!in->q || !in->k || !in->v || !in->positions || !in->slots || !perm) {
-        free(perm);
+    /* Distinct slots: the first `tokens` steps of a Fisher-Yates shuffle of [0, pool) */
+    sparse_perm perm;
+    const int perm_ok = sparse_perm_init(&perm, tokens) == 0;
+    if (!in->q || !in->k || !in->v || !in->positions || !in->slots || !perm_ok) {
+        free(perm.key);
+        free(perm.value);
         bench_inputs_free(in);
         snprintf(msg, msg_size, "out of memory for the inputs of %lld tokens", (long long)tokens);
         return -1;
@@ -221,13 +264,11 @@ int bench_inputs_create(bench_inputs *in, const bench_layout *L, int64_t tokens,
     fill_values(&r, in->q, L->dtype, bench_q_bytes(L, tokens) / rp_dtype_size(L->dtype));
     fill_values(&r, in->k, L->dtype, bench_rows_bytes(L, tokens, L->hk) / rp_dtype_size(L->dtype));
     fill_values(&r, in->v, L->dtype, bench_v_bytes(L, tokens) / rp_dtype_size(L->dtype));
-    for (int64_t s = 0; s < L->pool_size; s++)
-        perm[s] = (uint32_t)s;
     for (int64_t t = 0; t < tokens; t++) {
         const int64_t j = t + (int64_t)rng_below(&r, (uint64_t)(L->pool_size - t));
-        const uint32_t slot = perm[j];
-        perm[j] = perm[t];
-        perm[t] = slot;
+        const int64_t slot = sparse_perm_get(&perm, j);
+        sparse_perm_set(&perm, j, sparse_perm_get(&perm, t));
+        sparse_perm_set(&perm, t, slot);
         store_index(in->slots, L->index_dtype, t, slot);
         if (rows == 1) {
             store_index(in->positions, L->index_dtype, t, (int64_t)rng_below(&r, (uint64_t)max_position));
@@ -237,7 +278,8 @@ int bench_inputs_create(bench_inputs *in, const bench_layout *L, int64_t tokens,
             store_index(in->positions, L->index_dtype, 3 * t + 2, image_base + t % BENCH_IMAGE_COLUMNS);
         }
     }
-    free(perm);
+    free(perm.key);
+    free(perm.value);
     return 0;
 }
 
