@@ -225,8 +225,9 @@ typedef enum rp_kv_layout {
                                always validate, with or without this flag. */
 #define RP_VALIDATE_ONLY 0x2u /* run every check that needs no memory (the seed's, dtypes, scalars,
                                extension fields, output shapes, dtypes and read-only flags, devices) and return:
-                               no data pointer is read or dereferenced (NULL is fine), nothing is
-                               written, slot values are not checked. For lazy frameworks (MLX) that
+                               no tensor's data pointer is read or dereferenced (NULL is fine), nothing is
+                               written, slot values are not checked. Host parameters are still read
+                               and checked: each inv_freq entry (a host array). For lazy frameworks (MLX) that
                                refuse a bad call when it is made, before any array exists. */
 
 typedef struct rp_rope_pool_args {
@@ -337,9 +338,11 @@ typedef struct rp_rope_pool_args {
  * s * (|x[a]| + |x[b]|) stays below the float32 maximum, 3.4e38; beyond it a float32 product may
  * overflow to infinity though the float64 result is finite). The pass-through
  * dims R..D-1 of q_rot, k_rot and k_pool, and v into v_pool, are copied bit for bit. The same
- * inputs give bit-identical outputs for any thread count. CPU calls compute in the default
+ * inputs give bit-identical outputs for any thread count. Calls compute in the default
  * floating-point mode whatever the calling thread's (a flush-to-zero, denormals-are-zero or
- * rounding mode it set applies neither to the call nor to its worker threads), and restore it.
+ * rounding mode it set applies neither to the call, its worker threads, nor the host-side values
+ * such as rope_base's frequency table that a context caches for later calls), and restore it; so
+ * does rp_hf_rope_frequencies.
  *
  * QK-norm numerics: the sum of the D squares is accumulated in float64 (each square of a float32
  * is exact there), 1 / sqrt(sum / D + eps) and the factor (w[i] + offset) are formed in float64,

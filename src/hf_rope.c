@@ -13,6 +13,7 @@
  * Validation runs completely before inv_freq or *attention_scaling is written (the table is built
  * in a scratch buffer and checked finite first), so a failed call writes nothing.
  */
+#include "fp_mode.h"
 #include "internal.h"
 
 #include <float.h>
@@ -254,8 +255,22 @@ static rp_status check_params(const rp_hf_rope_params *p, rp_err *err)
     return RP_OK;
 }
 
+static rp_status hf_rope_frequencies(const rp_hf_rope_params *params, double *inv_freq,
+                                     double *attention_scaling, char *errbuf, size_t errbuf_size);
+
+/* In the default floating-point mode whatever the caller's (fp_mode.h): transformers' float32
+ * steps rounded to nearest */
 rp_status rp_hf_rope_frequencies(const rp_hf_rope_params *params, double *inv_freq,
                                  double *attention_scaling, char *errbuf, size_t errbuf_size)
+{
+    const rp_fp_mode mode = rp_fp_mode_enter();
+    const rp_status st = hf_rope_frequencies(params, inv_freq, attention_scaling, errbuf, errbuf_size);
+    rp_fp_mode_leave(mode);
+    return st;
+}
+
+static rp_status hf_rope_frequencies(const rp_hf_rope_params *params, double *inv_freq,
+                                     double *attention_scaling, char *errbuf, size_t errbuf_size)
 {
     rp_err err = {errbuf, errbuf_size};
     if (params == NULL || inv_freq == NULL || attention_scaling == NULL)

@@ -3,6 +3,7 @@
  * that owns the tensors' memory.
  */
 #include "context.h"
+#include "fp_mode.h"
 
 #include <stdlib.h>
 
@@ -14,8 +15,21 @@ rp_status rp_rope_pool_fused(rp_context *ctx, const rp_rope_pool_args *args, cha
     return rp_rope_pool_run(ctx, args, RP_PARTS_ALL, errbuf, errbuf_size);
 }
 
+static rp_status run(rp_context *ctx, const rp_rope_pool_args *args, rp_parts parts, char *errbuf,
+                     size_t errbuf_size);
+
+/* In the default floating-point mode whatever the caller's (fp_mode.h) */
 rp_status rp_rope_pool_run(rp_context *ctx, const rp_rope_pool_args *args, rp_parts parts,
                            char *errbuf, size_t errbuf_size)
+{
+    const rp_fp_mode mode = rp_fp_mode_enter();
+    const rp_status st = run(ctx, args, parts, errbuf, errbuf_size);
+    rp_fp_mode_leave(mode);
+    return st;
+}
+
+static rp_status run(rp_context *ctx, const rp_rope_pool_args *args, rp_parts parts, char *errbuf,
+                     size_t errbuf_size)
 {
     rp_err err = {errbuf, errbuf_size};
     rp_problem p;

@@ -4,6 +4,7 @@
  */
 #include "test_util.h"
 
+#include <fenv.h>
 #include <pthread.h>
 
 enum { CALLERS = 4, ROUNDS = 20 };
@@ -178,11 +179,65 @@ static void test_callers_flush_to_zero_mode_is_not_used(void)
 #endif
 }
 
+/* A caller's rounding mode must not reach the call either: rope_base's frequency table (pow() on
+ * the caller's thread) came out rounded upward, thousands of output bits changed at large
+ * positions, and the context cached that table for later callers in the default mode. Nor may it
+ * reach transformers' tables. Each call must equal a default-mode call on a fresh context. */
+static void test_callers_rounding_mode_is_not_used(void)
+{
+    test_rng r = {34};
+    fixture f;
+    fixture_init(&f, &r, 32, 4, 2, 128, 64, RP_F32, RP_I64, 1 << 16, 0);
+    int64_t *pos = f.positions;
+    for (int64_t t = 0; t < f.T; t++)
+        pos[t] = 2147483647 - 977 * t; /* where one ulp of a frequency moves the angle most */
+    const size_t nq = (size_t)(f.T * f.Hq * f.D) * sizeof(float), nk = (size_t)(f.P * f.Hk * f.D) * sizeof(float);
+    char msg[256];
+    CHECK(rp_rope_pool_fused(NULL, &f.args, msg, sizeof msg) == RP_OK, "%s", msg);
+    void *want_q = test_alloc(nq), *want_kpool = test_alloc(nk);
+    memcpy(want_q, f.q_rot, nq);
+    memcpy(want_kpool, f.k_pool, nk);
+    rp_hf_rope_params hp;
+    memset(&hp, 0, sizeof hp);
+    hp.rope_type = RP_HF_ROPE_YARN;
+    hp.rope_theta = 10000.0;
+    hp.rotary_dim = f.D;
+    hp.factor = 40.0;
+    hp.original_max_position_embeddings = 4096;
+    double want_freq[64], want_scaling, freq[64], scaling;
+    CHECK(rp_hf_rope_frequencies(&hp, want_freq, &want_scaling, msg, sizeof msg) == RP_OK, "%s", msg);
+    rp_context *ctx;
+    CHECK(rp_context_create(NULL, &ctx, msg, sizeof msg) == RP_OK, "%s", msg);
+    const int modes[] = {FE_UPWARD, FE_DOWNWARD, FE_TOWARDZERO, FE_TONEAREST};
+    for (int m = 0; m < 4; m++) {
+        int bad = 0;
+        for (int use_ctx = 0; use_ctx < 2; use_ctx++) {
+            memset(f.q_rot, 0, nq);
+            fesetround(modes[m]);
+            bad += rp_rope_pool_fused(use_ctx ? ctx : NULL, &f.args, msg, sizeof msg) != RP_OK;
+            const int after = fegetround();
+            fesetround(FE_TONEAREST);
+            bad += after != modes[m] || memcmp(f.q_rot, want_q, nq) != 0 || memcmp(f.k_pool, want_kpool, nk) != 0;
+        }
+        fesetround(modes[m]);
+        bad += rp_hf_rope_frequencies(&hp, freq, &scaling, msg, sizeof msg) != RP_OK;
+        fesetround(FE_TONEAREST);
+        bad += memcmp(freq, want_freq, sizeof freq) != 0 || scaling != want_scaling;
+        CHECK(bad == 0, "rounding mode %d: %d results differed from the default mode's, or the mode was not put back",
+              m, bad);
+    }
+    free(want_q);
+    free(want_kpool);
+    fixture_free(&f);
+    rp_context_destroy(ctx);
+}
+
 int main(void)
 {
     RUN(test_concurrent_calls_on_one_context);
     RUN(test_per_call_thread_cap_and_many_contexts);
     RUN(test_oversubscribed_jobs_of_changing_size);
     RUN(test_callers_flush_to_zero_mode_is_not_used);
+    RUN(test_callers_rounding_mode_is_not_used);
     return test_summary("test_context");
 }

@@ -8,9 +8,7 @@
  */
 #include "kernels.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#  include <xmmintrin.h> /* _mm_getcsr, _mm_setcsr */
-#endif
+#include "../fp_mode.h"
 
 /* Calls that move fewer bytes (rp_cpu_bytes_moved) run on the caller's thread alone: decode-size
  * calls, up to 4 tokens of Llama-3-8B in float32 (53 KB each), 9 in 16-bit types. Spinning workers
@@ -24,46 +22,6 @@ typedef struct cpu_job {
     rp_cpu_kernel_fn kernel;
 } cpu_job;
 
-/* The kernels' numerics assume IEEE arithmetic: subnormals kept, round to nearest, no traps. A
- * caller that turned on flush-to-zero or denormals-are-zero (torch.set_flush_denormal, a
- * -ffast-math program), another rounding mode or unmasked exceptions would otherwise get other
- * bits on its own slice than on the workers' (threads inherit the mode of the thread that made
- * them, not of the caller). Each slice runs in the default mode and puts the thread's back. */
-#if defined(__x86_64__) || defined(__i386__)
-enum { RP_MXCSR_DEFAULT = 0x1F80, RP_MXCSR_FLAGS = 0x3F }; /* all masked, nearest, no FTZ/DAZ; status flags */
-typedef unsigned rp_fp_mode;
-static rp_fp_mode fp_mode_enter(void)
-{
-    const unsigned mode = _mm_getcsr();
-    if ((mode & ~(unsigned)RP_MXCSR_FLAGS) != RP_MXCSR_DEFAULT)
-        _mm_setcsr(RP_MXCSR_DEFAULT | (mode & RP_MXCSR_FLAGS));
-    return mode;
-}
-static void fp_mode_leave(rp_fp_mode mode)
-{
-    if ((mode & ~(unsigned)RP_MXCSR_FLAGS) != RP_MXCSR_DEFAULT)
-        _mm_setcsr(mode);
-}
-#elif defined(__aarch64__)
-typedef uint64_t rp_fp_mode; /* FPCR: 0 is round to nearest, no flush to zero, no default NaN, no traps */
-static rp_fp_mode fp_mode_enter(void)
-{
-    uint64_t mode;
-    __asm__ __volatile__("mrs %0, fpcr" : "=r"(mode));
-    if (mode != 0)
-        __asm__ __volatile__("msr fpcr, %0" : : "r"((uint64_t)0));
-    return mode;
-}
-static void fp_mode_leave(rp_fp_mode mode)
-{
-    if (mode != 0)
-        __asm__ __volatile__("msr fpcr, %0" : : "r"(mode));
-}
-#else
-typedef int rp_fp_mode;
-static rp_fp_mode fp_mode_enter(void) { return 0; }
-static void fp_mode_leave(rp_fp_mode mode) { (void)mode; }
-#endif
 
 static void run_slice(void *arg, int part, int num_parts)
 {
@@ -73,9 +31,9 @@ static void run_slice(void *arg, int part, int num_parts)
     const int64_t end = (int64_t)((__int128)T * (part + 1) / num_parts);
     if (begin >= end)
         return;
-    const rp_fp_mode mode = fp_mode_enter();
+    const rp_fp_mode mode = rp_fp_mode_enter(); /* workers: the mode they were made with */
     job->kernel(job->p, job->parts, begin, end);
-    fp_mode_leave(mode);
+    rp_fp_mode_leave(mode);
 }
 
 rp_status rp_cpu_rope_pool(rp_context *ctx, const rp_problem *p, rp_parts parts,
