@@ -310,15 +310,37 @@ def fresh_output_sweep(tokens, P, torch, rounds, budget_s):
         os.environ["ROPEPOOL_FRESH_OUTPUTS"] = saved
 
 
+def _positive(kind, what):
+    """An argparse type: a positive `kind` (int or float), or a usage error naming `what`."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not value > 0 or value != value or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"{what} must be a positive {kind.__name__}, got {text!r}")
+        return value
+    return parse
+
+
+def _token_counts(text):
+    """-T: comma-separated token counts, each >= 1."""
+    counts = []
+    for part in text.split(","):
+        counts.append(_positive(int, "each token count")(part.strip()))
+    return counts
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m ropepool.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("-T", "--tokens", default=None, help="token counts, comma-separated "
+    parser.add_argument("-T", "--tokens", type=_token_counts, default=None, help="token counts, comma-separated "
                         "(default cpu 1,16,256,1024,4096; cuda 1,64,1024,4096)")
-    parser.add_argument("--pool", type=int, default=65536, help="KV-pool slots (default 65536)")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--seconds", type=float, default=0.04, help="time per batch (default 0.04)")
+    parser.add_argument("--pool", type=_positive(int, "the slot count"), default=65536, help="KV-pool slots (default 65536)")
+    parser.add_argument("--rounds", type=_positive(int, "the round count"), default=5)
+    parser.add_argument("--seconds", type=_positive(float, "the time"), default=0.04,
+                        help="time per batch (default 0.04)")
     parser.add_argument("--stat", choices=["median", "min"], default="median",
                         help="per figure, the median (default) or the least of the rounds' means")
     parser.add_argument("--clock", choices=["wall", "thread"], default="wall",
@@ -339,8 +361,7 @@ def main(argv=None):
         global CLOCK
         CLOCK = time.thread_time_ns
         SHAPE["threads"] = 1
-    tokens = [int(t) for t in (args.tokens or ("1,16,256,1024,4096" if args.backend == "cpu"
-                                                else "1,64,1024,4096")).split(",")]
+    tokens = args.tokens or _token_counts("1,16,256,1024,4096" if args.backend == "cpu" else "1,64,1024,4096")
     P = max(args.pool, max(tokens))
     where = f"cpu kernel {ropepool.cpu_kernel()}, {ropepool.num_threads()} threads" if args.backend == "cpu" \
         else f"cuda {torch.cuda.get_device_name()}"
