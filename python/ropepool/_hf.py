@@ -163,7 +163,6 @@ def _head_and_rotary_dim(text, model_type, params):
             raise _error("the config has neither head_dim nor hidden_size and num_attention_heads "
                          "(n_embd and n_head)")
         head_dim = _integer(hidden, "hidden_size") // _integer(heads, "num_attention_heads", lowest=1)
-        head_dim = _class_head_dim(text) or head_dim
     head_dim = _integer(head_dim, "head_dim")
     if model_type in ("gptj", "codegen"):  # an absolute rotary_dim; GPTJConfig's default is 64
         rotary_dim = _field(text, "rotary_dim")
@@ -176,21 +175,20 @@ def _head_and_rotary_dim(text, model_type, params):
     return head_dim, _integer(head_dim * factor, "head_dim * partial_rotary_factor")
 
 
-def _class_head_dim(text):
-    """The head_dim transformers' config class gives a config.json dict that leaves it out, where
-    transformers is installed: Qwen3's 128 and Gemma's 256 are class defaults, not hidden_size //
-    num_attention_heads. None for an object (it has its class's value), a dict without its own
-    model_type, or without transformers (then the head is hidden_size // num_attention_heads)."""
-    if not isinstance(text, Mapping) or not isinstance(text.get("model_type"), str):
-        return None
+def _as_transformers_config(config):
+    """A config.json dict as transformers' config class reads it, where transformers is installed
+    and knows its model_type: every default the dict leaves out is then the class's (Qwen3's and
+    Gemma's head_dim, Qwen3-Next's and Nemotron's partial_rotary_factor, gpt-oss's YaRN). The dict
+    itself otherwise (not installed, an unknown model type, a config the class refuses), or an
+    object as given."""
+    if not isinstance(config, Mapping) or not isinstance(config.get("model_type"), str):
+        return config
     try:
         from transformers import AutoConfig
 
-        config = AutoConfig.for_model(**text)
-        head_dim = getattr(config.get_text_config(), "head_dim", None)
+        return AutoConfig.for_model(**config)
     except Exception:  # not installed, a model type it does not know, a config it refuses
-        return None
-    return head_dim if isinstance(head_dim, int) and not isinstance(head_dim, bool) else None
+        return config
 
 
 def _has_key(config, name):
@@ -224,6 +222,7 @@ def _seq_len(seq_len):
 
 
 def _read(config, seq_len, layer_type):
+    config = _as_transformers_config(config)
     text = _text_config(config)
     model_type = _model_type(config, text)
     if model_type == "falcon" and _field(text, "alibi", False):
@@ -284,8 +283,10 @@ def hf_rope_parameters(config, *, seq_len=None, layer_type=None):
 
     config: a model's config.json as a dict, or a transformers ``PretrainedConfig`` (any object
     with those attributes); a multimodal config's ``text_config``, where present, is the one read.
-    A dict without head_dim gets its config class's default where transformers is installed
-    (Qwen3: 128, Gemma: 256), else hidden_size // num_attention_heads.
+    A dict is read as transformers' config class reads it where transformers is installed and
+    knows its model_type (the class's defaults for what it leaves out: Qwen3's head_dim 128,
+    Qwen3-Next's partial_rotary_factor, gpt-oss's YaRN); else as written, head_dim defaulting to
+    hidden_size // num_attention_heads.
     seq_len: the sequence length served, for rope types that depend on it (dynamic: past
     max_position_embeddings the base grows, as transformers' runtime update does; longrope: long
     factors past original_max_position_embeddings). layer_type: for configs with one rope per layer

@@ -113,20 +113,54 @@ def test_missing_required_field_is_named(ropepool, rope, field):
         ropepool.hf_rope_parameters(with_rope(**rope))
 
 
+# Read as written (an object: no config class fills in what it leaves out; a dict is read as its
+# class where transformers is installed, whose defaults would supply these fields).
 def test_missing_max_position_embeddings_is_named(ropepool):
     config = with_rope(type="dynamic", factor=2.0)
     del config["max_position_embeddings"]
     with pytest.raises(ropepool.RopePoolError, match="'dynamic' needs max_position_embeddings"):
-        ropepool.hf_rope_parameters(config)
+        ropepool.hf_rope_parameters(as_object(config))
     config = with_rope(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0)
     del config["max_position_embeddings"]
     with pytest.raises(ropepool.RopePoolError, match="'llama3' needs original_max_position_embeddings"):
-        ropepool.hf_rope_parameters(config)
+        ropepool.hf_rope_parameters(as_object(config))
 
 
 def test_missing_head_dim_is_named(ropepool):
     with pytest.raises(ropepool.RopePoolError, match="neither head_dim nor hidden_size"):
-        ropepool.hf_rope_parameters(dict(model_type="llama", rope_theta=1e4))
+        ropepool.hf_rope_parameters(as_object(dict(model_type="llama", rope_theta=1e4)))
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_next", "nemotron", "gpt_oss", "qwen3", "gemma2"])
+def test_a_dict_gets_its_config_class_defaults(ropepool, model_type):
+    """A minimal config.json dict is read as transformers' config class reads it: Qwen3-Next's
+    (0.25) and Nemotron's (0.5) partial_rotary_factor, gpt-oss's YaRN, Qwen3's and Gemma's
+    head_dim are class defaults the dict leaves out. Checked against the class's own rotary
+    module: its inv_freq buffer (1 float32 ulp, as the fixtures) and attention_scaling."""
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    config = dict(model_type=model_type, hidden_size=1024, num_attention_heads=16, num_key_value_heads=8)
+    try:
+        cls_config = transformers.AutoConfig.for_model(**config)
+        rope_init = transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS
+    except (ValueError, AttributeError):
+        pytest.skip(f"this transformers does not know {model_type}")
+    text = cls_config.get_text_config()
+    params = getattr(text, "rope_parameters", None) or {}
+    rope_type = params.get("rope_type", "default")
+    if rope_type == "default":
+        base = params.get("rope_theta", getattr(text, "rope_theta", None))
+        head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+        dim = int(head_dim * params.get("partial_rotary_factor", getattr(text, "partial_rotary_factor", 1.0)))
+        want = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+        want_scaling = 1.0
+    else:
+        want, want_scaling = rope_init[rope_type](text, "cpu")
+    inv_freq, scaling = ropepool.hf_rope_parameters(config)
+    assert len(inv_freq) == len(want), f"{len(inv_freq)} frequencies, transformers {len(want)}"
+    assert ulps(inv_freq, want.numpy()).max() <= 1
+    assert scaling == pytest.approx(want_scaling, rel=1e-6)
+    assert np.array_equal(inv_freq, ropepool.hf_rope_parameters(cls_config)[0])
 
 
 @pytest.mark.parametrize("fields, message", [
