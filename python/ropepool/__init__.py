@@ -7,7 +7,8 @@ The call of sglang's ``sgl_kernel.metal.rope_pool_fused``, backed by the C libra
         q, k, v, positions, slots, k_pool, v_pool,
         head_dim=D, num_qo_heads=Hq, num_kv_heads=Hk, rope_base=500000.0)
 
-Every refusal is a :class:`RopePoolError` (a ``ValueError``) carrying the library's message.
+A refused value is a :class:`RopePoolError` (a ``ValueError``) carrying the library's message; an
+argument of the wrong Python type a ``TypeError``. Nothing is written either way.
 """
 
 try:

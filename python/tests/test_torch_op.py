@@ -250,6 +250,40 @@ def test_compiled_call_with_outputs_given_rotates_in_place(ropepool, device):
     assert_no_pool_copy(code, p.P * p.Hk * p.D)
 
 
+@pytest.mark.parametrize("grad", ["q", "k_pool leaf", "q_out"])
+def test_compiled_call_refuses_what_requires_grad_as_eager_does(ropepool, grad):
+    """AOTAutograd's compiled graph runs the kernel with grad mode off: the refusal comes from the
+    trace (the fake kernel), with the binding's message, and nothing is written; under no_grad it
+    compiles."""
+    p = problem("cpu", T=3, Hq=2, Hk=1, D=16, P=8)
+    kw = p.kwargs()
+    q, k, v, positions, slots, k_pool, v_pool = p.arrays()
+    out = {}
+    if grad == "q":
+        q = q.clone().requires_grad_()
+        message = "q requires grad, but rope_pool_fused has no backward"
+    elif grad == "k_pool leaf":
+        k_pool.requires_grad_()
+        message = "a leaf Variable that requires grad is being used in an in-place operation"
+    else:
+        out = dict(q_out=torch.zeros_like(q).requires_grad_(), k_out=torch.zeros_like(k))
+        message = "a leaf Variable that requires grad .* writes q_out in place"
+
+    def step(q, k, v, positions, slots, k_pool, v_pool):
+        return ropepool.rope_pool_fused(q, k, v, positions, slots, k_pool, v_pool, **kw, **out)
+
+    before = [x.detach().clone() for x in (k_pool, v_pool, *out.values())]
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match=message):  # torch wraps it (TorchRuntimeError)
+        torch.compile(step, fullgraph=True, backend="aot_eager")(q, k, v, positions, slots, k_pool, v_pool)
+    assert all(torch.equal(x.detach(), b) for x, b in zip((k_pool, v_pool, *out.values()), before))
+    with pytest.raises(ropepool.RopePoolError, match=message):
+        step(q, k, v, positions, slots, k_pool, v_pool)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(step, fullgraph=True, backend="aot_eager")(q, k, v, positions, slots, k_pool, v_pool)
+
+
 def test_importing_ropepool_before_torch_still_compiles_without_a_graph_break(ropepool):
     script = """
 import ropepool, sys
