@@ -5,6 +5,7 @@
  *
  *   ropepool-tune-cuda [--dtype bf16] [--shape 32/8/128 | --preset NAME] [--style neox|gptj] [--rotary-dim R]
  *                      [--pool 1048576] [--max-pos 131072] [--sets N] [--contiguous-slots] [--qk-norm]
+ *                      [--kv-dtype fp8_e4m3|fp8_e5m2]
  *                      [--rounds 25] [--host] -T 1,64
  *                      --variants 'plan;api;floor-empty-pdl;gb=2;gb=8,pf=2'
  *
@@ -188,6 +189,7 @@ int main(int argc, char **argv)
     rp_dtype dtype = RP_BF16;
     long long hq = 32, hk = 8, d = 128, pool = 1 << 20, max_pos = 131072, sets_opt = 1;
     int rounds = 25, contiguous = 0, qk_norm = 0, nT = 0, host = 0, style = -1;
+    rp_dtype kv_dtype = RP_DTYPE_UNSET; /* fp8 pools: uint8, unit scales */
     long long rotary_dim = -1;
     int64_t Ts[MAX_T];
     const bench_shape *preset = NULL;
@@ -211,6 +213,10 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--rounds")) { rounds = atoi(next); i++; }
         else if (!strcmp(a, "--contiguous-slots")) contiguous = 1;
         else if (!strcmp(a, "--qk-norm")) qk_norm = 1;
+        else if (!strcmp(a, "--kv-dtype") && (!strcmp(next, "fp8_e4m3") || !strcmp(next, "fp8_e5m2"))) {
+            kv_dtype = !strcmp(next, "fp8_e4m3") ? RP_F8_E4M3 : RP_F8_E5M2;
+            i++;
+        }
         else if (!strcmp(a, "--host")) host = 1;
         else if (!strcmp(a, "-T")) { nT = parse_list(next, Ts, MAX_T); i++; }
         else if (!strcmp(a, "--variants")) { variants = next; i++; }
@@ -223,7 +229,7 @@ int main(int argc, char **argv)
         arena = Ts[t] * sets_opt > arena ? Ts[t] * sets_opt : arena;
     if (arena > pool) { fprintf(stderr, "T x sets exceeds the pool\n"); return 2; }
 
-    bench_layout L = {hq, hk, d, pool, 500000.0, dtype, RP_I64, 0, 0, NULL, 0.0, RP_KV_FLAT, 1, RP_DTYPE_UNSET, {0, 0, 0}, 0, 1,
+    bench_layout L = {hq, hk, d, pool, 500000.0, dtype, RP_I64, 0, 0, NULL, 0.0, RP_KV_FLAT, 1, kv_dtype, {0, 0, 0}, 0, 1,
                       NULL, NULL, 0, 0, 0};
     /* The call's variant as ropepool-bench gives it: the preset's, or --shape's (NeoX over the
      * whole head, rope_base's table, QK-norm weights with --qk-norm) */
@@ -283,9 +289,10 @@ int main(int argc, char **argv)
     cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
     double freq[2048]; /* rope_base's table for calls without their own (the public call's cache) */
 
-    printf("dtype %s shape %lld/%lld/%lld %s R=%lld%s%s%s pool %lld sets %lld slots %s, median of %d rounds\n",
+    printf("dtype %s shape %lld/%lld/%lld %s R=%lld%s%s%s%s pool %lld sets %lld slots %s, median of %d rounds\n",
            rp_dtype_name(dtype), hq, hk, d, po.shape.style == RP_ROPE_GPTJ ? "gptj" : "neox",
            (long long)(po.shape.rotary_dim ? po.shape.rotary_dim : d), qk_norm ? " qk-norm" : "",
+           kv_dtype ? (kv_dtype == RP_F8_E4M3 ? " pools fp8_e4m3" : " pools fp8_e5m2") : "",
            preset ? " preset " : "", preset ? preset->name : "", pool, sets_opt, contiguous ? "contiguous" : "random",
            rounds);
     printf("%7s  %-28s %9s %7s  %s\n", "T", "variant", "us/call", "vs plan", "plan (gb x hy x y, chunks x head chunks, grid, pf, pdl)");

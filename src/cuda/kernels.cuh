@@ -52,14 +52,17 @@ template <rp_dtype DT, int FREQ_CAP> rp_kernel_fn<FREQ_CAP> rp_strided_kernel(vo
  * the common sizes (64, 128, 256); partial rotary and other sizes run the same code with runtime
  * sizes. The style is a compile-time constant: it decides the shape of the rotation's inner loop.
  * fp8 pools (FP8) are compiled apart: their conversions would cost the other pools registers
- * (measured: the decode kernel spilled); they take head_dim 128 NeoX and any rotary_dim up to 512
- * in both styles vectorized, the rest on the strided kernel. */
+ * (measured: the decode kernel spilled); they take head_dim 128 and 256 NeoX with constant sizes
+ * (256 with runtime sizes spilled 12 bytes and ran 4-20% slower on an H100:
+ * bench/results/cuda-h100-stop37.md) and any rotary_dim up to 512 in both styles vectorized, the
+ * rest on the strided kernel. */
 #define RP_VECTOR_VARIANTS_OF(X, DT)                                                                           \
     X(DT, RP_ROPE_NEOX, 32, 32, false) X(DT, RP_ROPE_NEOX, 64, 64, false) X(DT, RP_ROPE_NEOX, 128, 128, false)   \
     X(DT, RP_ROPE_NEOX, 0, 256, false) X(DT, RP_ROPE_NEOX, 0, RP_CUDA_MAX_HEAD_DIM / 2, false)                   \
     X(DT, RP_ROPE_GPTJ, 32, 32, false) X(DT, RP_ROPE_GPTJ, 64, 64, false) X(DT, RP_ROPE_GPTJ, 128, 128, false)   \
     X(DT, RP_ROPE_GPTJ, 0, 256, false) X(DT, RP_ROPE_GPTJ, 0, RP_CUDA_MAX_HEAD_DIM / 2, false)                   \
-    X(DT, RP_ROPE_NEOX, 64, 64, true) X(DT, RP_ROPE_NEOX, 0, 256, true) X(DT, RP_ROPE_GPTJ, 0, 256, true)
+    X(DT, RP_ROPE_NEOX, 64, 64, true) X(DT, RP_ROPE_NEOX, 128, 128, true) X(DT, RP_ROPE_NEOX, 0, 256, true)     \
+    X(DT, RP_ROPE_GPTJ, 0, 256, true)
 #define RP_VECTOR_VARIANTS(X)                                                                                  \
     RP_VECTOR_VARIANTS_OF(X, RP_F32) RP_VECTOR_VARIANTS_OF(X, RP_F16) RP_VECTOR_VARIANTS_OF(X, RP_BF16)
 #define RP_VECTOR_FP8_MAX_PAIRS 256 /* rotary_dim / 2 of the fp8 variants above */

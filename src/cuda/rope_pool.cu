@@ -148,9 +148,9 @@ static cudaError_t launch_dtype(const rp_cuda_state *st, const rp_problem *p, rp
     }
     if (rp_pool_is_fp8(p)) /* pairs <= RP_VECTOR_FP8_MAX_PAIRS: the plan saw to it */
         return p->style == RP_ROPE_GPTJ ? launch_vectorized<DT, RP_ROPE_GPTJ, 0, 256, true>(st, p, parts, plan, stream)
-               : whole == 64
-                   ? launch_vectorized<DT, RP_ROPE_NEOX, 64, 64, true>(st, p, parts, plan, stream)
-                   : launch_vectorized<DT, RP_ROPE_NEOX, 0, 256, true>(st, p, parts, plan, stream);
+               : whole == 64  ? launch_vectorized<DT, RP_ROPE_NEOX, 64, 64, true>(st, p, parts, plan, stream)
+               : whole == 128 ? launch_vectorized<DT, RP_ROPE_NEOX, 128, 128, true>(st, p, parts, plan, stream)
+                              : launch_vectorized<DT, RP_ROPE_NEOX, 0, 256, true>(st, p, parts, plan, stream);
     if (p->style == RP_ROPE_GPTJ)
         switch (whole) {
         case 32: return launch_vectorized<DT, RP_ROPE_GPTJ, 32, 32>(st, p, parts, plan, stream);
