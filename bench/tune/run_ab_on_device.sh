@@ -34,6 +34,7 @@ if has probe; then
     else echo "using $(command -v $cxx)"; break; fi
   done 2>&1 | tee $OUT/probe.log
   CXX=$(sed -n 's/^using //p' $OUT/probe.log); [ -n "$CXX" ] && export CXX
+  [ "$STEPS" = probe ] && exit 0
 fi
 ( { [ -f build-old/CMakeCache.txt ] || cmake -S $OLD -B build-old $CONF -DROPEPOOL_TESTS=OFF; } > $OUT/old-build.log 2>&1 &&
   cmake --build build-old -j 6 >> $OUT/old-build.log 2>&1 || echo "OLD build failed" ) &
