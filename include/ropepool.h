@@ -335,8 +335,9 @@ typedef struct rp_rope_pool_args {
  * float64 and rounded to float32 once. Every rotated output is within one ulp of its dtype plus
  * 8 * 2^-24 * s * (|x[a]| + |x[b]|) of the same formula evaluated in float64 with the table as
  * given (a float32 table is used exactly, as float64), at any int32 position (with s > 1: where
- * s * (|x[a]| + |x[b]|) stays below the float32 maximum, 3.4e38; beyond it a float32 product may
- * overflow to infinity though the float64 result is finite). The pass-through
+ * s * (|x[a]| + |x[b]|) stays below the float32 maximum, 3.4e38; beyond it the float32 products
+ * may overflow to infinity, or to NaN where two infinities cancel, though the float64 result is
+ * finite, and an fp8 pool stores the code of what resulted). The pass-through
  * dims R..D-1 of q_rot, k_rot and k_pool, and v into v_pool, are copied bit for bit. The same
  * inputs give bit-identical outputs for any thread count. Calls compute in the default
  * floating-point mode whatever the calling thread's (a flush-to-zero, denormals-are-zero or
