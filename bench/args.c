@@ -96,25 +96,49 @@ static int cmp_int64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* A comma-separated list of integers in [lo, hi]; "what" names an element in the message. */
-static int parse_list(const char *opt, const char *arg, int64_t lo, int64_t hi, const char *what,
-                      int64_t *out, int *count)
+/* A comma-separated list's items, in place in buf (at most `most`); an empty item ("1,,2", "1,")
+ * is a mistake, not nothing: refused, as the whole list being empty is. */
+static int split_list(const char *opt, const char *arg, char *buf, size_t size, char **items, int most,
+                      int *count)
 {
-    char buf[512];
-    if (strlen(arg) >= sizeof buf)
+    if (strlen(arg) >= size)
         return fail("%s: list too long", opt);
     strcpy(buf, arg);
     *count = 0;
-    for (char *save = NULL, *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
-        if (*count == BENCH_MAX_LIST)
-            return fail("%s: at most %d values", opt, BENCH_MAX_LIST);
+    for (char *item = buf, *next; item; item = next) {
+        next = strchr(item, ',');
+        if (next)
+            *next++ = '\0';
+        if (*item == '\0')
+            return fail("%s: '%s' has an empty item", opt, arg);
+        if (*count == most)
+            return fail("%s: at most %d values", opt, most);
+        items[(*count)++] = item;
+    }
+    return 0;
+}
+
+/* A comma-separated list of distinct integers in [lo, hi], sorted; "what" names an element in
+ * the message. */
+static int parse_list(const char *opt, const char *arg, int64_t lo, int64_t hi, const char *what,
+                      int64_t *out, int *count)
+{
+    char buf[512], *items[BENCH_MAX_LIST];
+    int n = 0;
+    if (split_list(opt, arg, buf, sizeof buf, items, BENCH_MAX_LIST, &n))
+        return -1;
+    *count = 0;
+    for (int i = 0; i < n; i++) {
+        const char *item = items[i];
         if (!parse_int(item, lo, hi, &out[*count]))
             return fail("%s: '%s' is not %s (want an integer from %lld to %lld)", opt, item, what,
                         (long long)lo, (long long)hi);
         ++*count;
     }
-    if (*count == 0)
-        return fail("%s: '%s' holds no value", opt, arg);
+    qsort(out, (size_t)*count, sizeof out[0], cmp_int64);
+    for (int j = 1; j < *count; j++)
+        if (out[j] == out[j - 1])
+            return fail("%s: %lld is listed twice", opt, (long long)out[j]);
     return 0;
 }
 
@@ -133,20 +157,21 @@ static int parse_dtype(const char *s, rp_dtype *out)
 
 static int parse_dtypes(const char *arg, bench_options *o)
 {
-    char buf[128];
-    if (strlen(arg) >= sizeof buf)
-        return fail("--dtype: list too long");
-    strcpy(buf, arg);
+    char buf[128], *items[3];
+    int n = 0;
+    if (split_list("--dtype", arg, buf, sizeof buf, items, 3, &n))
+        return -1;
     o->num_dtypes = 0;
-    for (char *save = NULL, *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+    for (int i = 0; i < n; i++) {
         rp_dtype d;
-        if (!parse_dtype(item, &d))
-            return fail("--dtype: unknown dtype '%s' (known: f32, f16, bf16)", item);
-        if (o->num_dtypes == 3)
-            return fail("--dtype: at most 3 dtypes");
+        if (!parse_dtype(items[i], &d))
+            return fail("--dtype: unknown dtype '%s' (known: f32, f16, bf16)", items[i]);
+        for (int j = 0; j < o->num_dtypes; j++)
+            if (o->dtypes[j] == d)
+                return fail("--dtype: %s is listed twice", rp_dtype_name(d));
         o->dtypes[o->num_dtypes++] = d;
     }
-    return o->num_dtypes ? 0 : fail("--dtype: '%s' holds no dtype", arg);
+    return 0;
 }
 
 static int parse_shape(const char *arg, bench_options *o)
@@ -332,10 +357,6 @@ int bench_parse_args(int argc, char **argv, bench_options *o)
         } else if (!strcmp(opt, "--tokens")) {
             if (parse_list(opt, arg, 1, BENCH_MAX_TOKENS, "a token count", o->tokens, &o->num_tokens))
                 return -1;
-            qsort(o->tokens, (size_t)o->num_tokens, sizeof o->tokens[0], cmp_int64);
-            for (int j = 1; j < o->num_tokens; j++)
-                if (o->tokens[j] == o->tokens[j - 1])
-                    return fail("--tokens: %lld is listed twice", (long long)o->tokens[j]);
         } else if (!strcmp(opt, "--dtype")) {
             if (parse_dtypes(arg, o))
                 return -1;
@@ -428,6 +449,12 @@ int bench_parse_args(int argc, char **argv, bench_options *o)
     if (o->shape.rotary_dim > o->shape.d)
         return fail("--rotary-dim %lld exceeds head_dim %lld", (long long)o->shape.rotary_dim,
                     (long long)o->shape.d);
+    const int64_t section = (int64_t)o->shape.mrope_section[0] + o->shape.mrope_section[1] + o->shape.mrope_section[2];
+    const int64_t rotary = o->shape.rotary_dim ? o->shape.rotary_dim : o->shape.d;
+    if (section && section != rotary / 2) /* the preset's mRoPE section spans its own rotary_dim */
+        return fail("--rotary-dim %lld: preset %s's mrope_section [%d, %d, %d] sums to %lld, which needs "
+                    "rotary_dim %lld", (long long)rotary, o->shape.name, o->shape.mrope_section[0],
+                    o->shape.mrope_section[1], o->shape.mrope_section[2], (long long)section, (long long)(2 * section));
     if ((o->has_table = bench_rope_table(&o->shape, o->inv_freq, &o->attention_scaling)) < 0)
         return -1;
     if (o->index_dtype == RP_I32 && o->max_position > INT32_MAX)

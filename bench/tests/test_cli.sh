@@ -41,6 +41,11 @@ expect_error tokens_negative "'-4' is not a token count" --tokens=-4
 expect_error tokens_not_a_number "'many' is not a token count" -T 1,many
 expect_error tokens_too_large "'99999999' is not a token count" -T 99999999
 expect_error tokens_listed_twice "16 is listed twice" -T 16,16
+expect_error tokens_empty_item "'1,,2' has an empty item" -T 1,,2
+expect_error dtype_trailing_comma "'f32,' has an empty item" --dtype f32,
+expect_error dtype_listed_twice "float32 is listed twice" --dtype f32,float32
+expect_error threads_listed_twice "1 is listed twice" --threads 1,1
+expect_error mrope_section_past_rotary_dim "sums to 64, which needs rotary_dim 128" --preset qwen2.5-vl-7b --rotary-dim 64
 expect_error tokens_past_the_pool "T = 5000 exceeds the pool's 4096 slots" --backend cpu --pool 4096 -T 5000
 expect_error sets_past_the_pool "needs 8000 distinct slots" --backend cpu --pool 4096 -T 1000 --sets 8
 expect_error unknown_option "unknown option '--fast'" --fast

@@ -27,8 +27,10 @@ copied, but the CPU waits for the GPU work that produces q, k, v, the GPU work t
 results waits for the CPU, and the call runs at ropepool's CPU speed (there is no Metal kernel).
 
 Refusals are :class:`ropepool.RopePoolError` (a ``ValueError``) with the library's message: at the
-call for shapes, dtypes and keywords (the seed's checks first, with its texts); when the results
-are evaluated for slot values (out of range, or two tokens on one slot), and then nothing is written.
+call for shapes, dtypes and keywords (the seed's checks first, with its texts; an argument that is
+no mx.array is a ``TypeError`` there); when the results are evaluated for what needs the buffers
+(slot values out of range or two tokens on one slot; pools that overlap each other or an input,
+or hold one element twice, as a stride-0 broadcast does), and then nothing is written.
 """
 
 import math
@@ -90,6 +92,8 @@ def _number(name, value):
     try:
         if isinstance(value, (str, bytes)):
             raise TypeError
+        if hasattr(value, "item") and not isinstance(value, (int, float)):
+            value = value.item()  # a one-element array: NumPy 2 no longer converts 1-D ones with float()
         return float(value)
     except (TypeError, ValueError):
         raise TypeError(f"{name} must be a number, got {type(value).__name__}") from None
@@ -128,7 +132,11 @@ def _frequencies(inv_freq, rotary_dim, head_dim):
         R = None  # the library refuses the argument, naming it
     if inv_freq is None or R is None or R <= 0 or R % 2 or R > head_dim:
         return []
-    table = np.asarray(inv_freq)
+    try:
+        table = np.asarray(inv_freq)
+    except (TypeError, ValueError):  # e.g. an mx.array of bfloat16, which NumPy cannot read
+        raise RopePoolError(f"inv_freq must hold float32 or float64 values, got dtype "
+                            f"{getattr(inv_freq, 'dtype', type(inv_freq).__name__)}") from None
     if table.dtype not in (np.float32, np.float64):
         raise RopePoolError(f"inv_freq must hold float32 or float64 values, got dtype {table.dtype}")
     if table.shape != (R // 2,):
@@ -250,6 +258,12 @@ def rope_pool_fused(
             f"kv_layout must be 'flat' on MLX arrays (ropepool.mlx serves the seed's [pool_size, "
             f"num_kv_heads, head_dim] pools only), got {kv_layout!r}"
         )
+    for name, array in (("q", q), ("k", k), ("v", v), ("positions", positions), ("slots", slots),
+                        ("k_pool", k_pool), ("v_pool", v_pool)):
+        if not isinstance(array, mx.array):
+            raise TypeError(f"{name} must be an mx.array like q, got {type(array).__name__}")
+    if k_pool is v_pool:  # the same buffer twice: known now (other overlaps when evaluated)
+        raise RopePoolError("v_pool overlaps k_pool: outputs must not share memory")
     if not _context_ready:
         _ext.set_threads(num_threads())
         _context_ready = True

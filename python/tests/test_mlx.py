@@ -279,8 +279,37 @@ def test_a_scale_of_several_elements_is_refused_as_by_numpys_call(mlx_fw):
 
 def test_numpy_arrays_are_refused_with_their_type(mlx_fw):
     p = Problem(mlx_fw)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="^q must be an mx.array like q, got ndarray$"):
         call(p, np.asarray(p.q))
+    arrays = [p.q, p.k, p.v, p.positions, p.slots, p.k_pool, p.v_pool]
+    arrays[3] = [0] * p.T
+    with pytest.raises(TypeError, match="^positions must be an mx.array like q, got list$"):
+        call(p, *arrays)
+
+
+def test_a_one_element_numpy_scale_is_read_as_numpys_call_reads_it(mlx_fw):
+    """NumPy 2 refuses float() of a 1-D array: the value is read with .item(), as the NumPy call
+    takes "a number, or a one-element array"."""
+    p, q = Problem(mlx_fw), Problem(mlx_fw)
+    want = call(q)
+    got = call(p, k_scale=np.array([1.0], np.float32), v_scale=mx.array([1.0]))
+    for g, w in zip(got, want):
+        assert np.array_equal(np.asarray(g), np.asarray(w))
+
+
+def test_an_inv_freq_numpy_cannot_read_is_named(mlx_fw):
+    p = Problem(mlx_fw)
+    table = mx.array(helpers.inv_freq(10000.0, p.D).astype(np.float32)).astype(mx.bfloat16)
+    with pytest.raises(ropepool.RopePoolError, match="inv_freq must hold float32 or float64 values, got dtype"):
+        call(p, inv_freq=table)
+
+
+def test_one_array_as_both_pools_is_refused_at_the_call(mlx_fw):
+    p = Problem(mlx_fw)
+    before = p.snapshot()
+    with pytest.raises(ropepool.RopePoolError, match="^v_pool overlaps k_pool: outputs must not share memory$"):
+        call(p, p.q, p.k, p.v, p.positions, p.slots, p.k_pool, p.k_pool)
+    helpers.assert_unchanged(p, before)
 
 
 # ---- the variant keywords (GPT-J, partial, caller frequencies, attention scaling) -----------------
