@@ -317,7 +317,7 @@ def _positive(kind, what):
             value = kind(text)
         except ValueError:
             value = None
-        if value is None or not value > 0 or value != value or value == float("inf"):
+        if value is None or not 0 < value < float("inf"):  # NaN fails the comparison too
             raise argparse.ArgumentTypeError(f"{what} must be a positive {kind.__name__}, got {text!r}")
         return value
     return parse

@@ -94,34 +94,17 @@ def _fresh(x):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
-# What the binding refuses with grad mode on (python/src/torch_tensors.c): a tensor it reads that
-# requires grad (its outputs would have no grad link: the call has no backward), one it writes in
-# place. Under torch.compile the compiled graph runs the kernel with grad mode off, so the fake
-# kernel, which Dynamo runs on the caller's tensors and grad mode, refuses them as eager does.
-_READ = ("q", "k", "v", "q_norm_weight", "k_norm_weight", "inv_freq", "k_scale", "v_scale")
-_WRITTEN = ("k_pool", "v_pool", "q_out", "k_out")
+# Under torch.compile the compiled graph runs the kernel with grad mode off, so the fake kernel,
+# which Dynamo runs on the caller's tensors and grad mode, makes the binding's autograd refusal (a
+# tensor read or written in place that requires grad) as the eager call does, in the binding's order.
+_READ = ("q_norm_weight", "k_norm_weight", "inv_freq", "k_scale", "v_scale")
+_WRITTEN = ("q_out", "k_out")
 
 
 def _refuse_grad(q, k, v, positions, slots, k_pool, v_pool, **keywords):
-    if not torch.is_grad_enabled():
-        return
-    given = dict(keywords, q=q, k=k, v=v, k_pool=k_pool, v_pool=v_pool)
-    for name in _READ + _WRITTEN:
-        x = given.get(name)
-        if not isinstance(x, torch.Tensor) or not x.requires_grad:
-            continue
-        if name in _READ:
-            message = (f"{name} requires grad, but rope_pool_fused has no backward (its outputs would not be "
-                       f"connected to {name}'s graph): call it under torch.no_grad() or torch.inference_mode(), "
-                       f"or pass {name}.detach()")
-        elif x.is_leaf:
-            message = ("a leaf Variable that requires grad is being used in an in-place operation: "
-                       f"rope_pool_fused writes {name} in place; call it under torch.no_grad() or "
-                       "torch.inference_mode()")
-        else:
-            message = (f"{name} requires grad, but rope_pool_fused writes it in place and has no backward: "
-                       "call it under torch.no_grad() or torch.inference_mode()")
-        raise _ropepool.RopePoolError(message)
+    read = dict(q=q, k=k, v=v, **{name: keywords.get(name) for name in _READ})
+    written = dict(k_pool=k_pool, v_pool=v_pool, **{name: keywords.get(name) for name in _WRITTEN})
+    _ropepool._check_autograd(read, written)
 
 
 def _fake(q, k, *args, **keywords):

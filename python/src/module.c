@@ -128,6 +128,33 @@ static PyObject *torch_reader(PyObject *self, PyObject *unused)
     return PyUnicode_FromString(reader);
 }
 
+/* The call's autograd refusal on its own (torch_op's fake kernel: under torch.compile the compiled
+ * graph runs the kernel with grad mode off, so the trace refuses what the eager call would). */
+static PyObject *check_autograd(PyObject *self, PyObject *args)
+{
+    enum { MOST = 16 };
+    PyObject *read, *written, *objs[MOST];
+    const char *names[MOST];
+    int n = 0, num_read = 0;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!:_check_autograd", &PyDict_Type, &read, &PyDict_Type, &written))
+        return NULL;
+    for (int w = 0; w < 2; w++) {
+        PyObject *key, *value;
+        for (Py_ssize_t pos = 0; PyDict_Next(w ? written : read, &pos, &key, &value) && n < MOST;) {
+            if (!rpy_torch.is_array(value))
+                continue; /* None, numbers, NumPy arrays: nothing autograd follows */
+            if ((names[n] = PyUnicode_AsUTF8(key)) == NULL)
+                return NULL;
+            objs[n++] = value;
+            num_read += !w;
+        }
+    }
+    if (rpy_torch.check_autograd(objs, names, num_read, n) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"rope_pool_fused", (PyCFunction)(void (*)(void))rpy_rope_pool_fused, METH_FASTCALL | METH_KEYWORDS,
      rpy_rope_pool_fused_doc},
@@ -145,6 +172,10 @@ static PyMethodDef methods[] = {
      "Developer's tool (python -m ropepool.bench --profile): the mean ns per stage of the\n"
      "rope_pool_fused calls made since the last _profile() call while profiling was on, as a dict;\n"
      "then resets and turns profiling on (enable true) or off."},
+    {"_check_autograd", check_autograd, METH_VARARGS,
+     "_check_autograd($module, read, written, /)\n--\n\n"
+     "The call's autograd refusal alone: read and written map argument names to tensors (others\n"
+     "are skipped); raises RopePoolError as rope_pool_fused would. For torch_op's fake kernel."},
     {"_torch_reader", torch_reader, METH_NOARGS,
      "_torch_reader($module, /)\n--\n\n"
      "How the binding reads torch tensors: \"native\" (ropepool._ropepool_torch, built against the\n"
