@@ -3,22 +3,24 @@
 # Builds this tree (NEW, build-dev, with its tests) and main's (OLD, build-old; the caller first
 # puts main's tree beside this one: git archive main | (mkdir -p dev_main && tar -x -C dev_main)).
 # Both build folders survive between calls while the machine stays warm, so a second call with
-# other STEPS rebuilds nothing. Steps (STEPS, default all; each writes its log to $OUT):
+# other STEPS rebuilds nothing. Steps (STEPS, default all, run in the order given; each writes its log to $OUT):
 #   probe   before building: which C++ compiler can build the native torch extension
 #           (ropepool._ropepool_torch) against this machine's torch; the first that can (of CXX,
 #           g++, clang++ and versioned g++) builds both trees; each one's first error is printed
 #   tests   ctest -L cuda on NEW (CTEST_ARGS: other ctest arguments) (the C CUDA suites, memcheck/racecheck, the Python CUDA tests)
+#   qknorm  ropepool-bench, QK-norm calls (Qwen3-8B preset, 16/8/256; bf16, f16, fp8 pools) and the
+#           same shapes without it, NEW and OLD interleaved, two rounds (issue 14's ratio)
 #   fp8     ropepool-bench, fp8 e4m3 pools (cold, verified), NEW and OLD interleaved, two rounds:
 #           16/8/256 (head_dim 256) and 32/8/128 (a control), with the bf16-pool row of 16/8/256
 #   mla     ropepool-tune-cuda on NEW: DeepSeek-V3 MLA at TP 8 and 16/8/256 fp8 at large T, the
 #           plan against other geometries and the in-run copy floor (its roofline)
 #   python  python -m ropepool.bench --backend cuda --profile and measure_torch_op.py --device
 #           cuda, NEW and OLD interleaved, two rounds (host time per eager call)
-# Stop 37: NEW = main + fp8 NeoX head_dim 256 compiled + the CUDA native torch path.
+# Stop 38: NEW = main + the QK-norm reduction's width at compile time + the CUDA native torch path.
 set -uo pipefail
 OUT=${OUT:-out-device}; mkdir -p $OUT
 OLD=${MAIN_TREE:-dev_main}
-STEPS=${STEPS:-"probe tests fp8 mla python"}
+STEPS=${STEPS:-"probe tests qknorm fp8 mla python"}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 t0=$(date +%s)
 PY=$(command -v python3)
@@ -41,11 +43,25 @@ fi
 { [ -f build-dev/CMakeCache.txt ] || cmake -S . -B build-dev $CONF; } > $OUT/build.log 2>&1 || { tail -20 $OUT/build.log; exit 1; }
 cmake --build build-dev -j 10 >> $OUT/build.log 2>&1 || { grep -E "error" $OUT/build.log | head -30; exit 1; }
 wait; echo "builds $(( $(date +%s) - t0 )) s"
-if has tests; then
+step_tests() {
   (cd build-dev && timeout ${TEST_TIMEOUT:-240} ctest --output-on-failure -j 6 ${CTEST_ARGS:--L cuda}) > $OUT/cuda-tests.log 2>&1
   echo "ctest rc $? ($(( $(date +%s) - t0 )) s)"; grep -E "tests passed|Failed|\*\*\*" $OUT/cuda-tests.log
-fi
-if has fp8; then
+}
+step_qknorm() {
+  for r in 1 2; do
+    for side in NEW OLD; do
+      B=build-dev; [ $side = OLD ] && B=build-old
+      R="timeout 60 $B/bench/ropepool-bench --backend cuda --dtype bf16 --seconds 0.03 --no-unfused --sets 1"
+      echo "== round $r $side qwen3-8b (QK-norm)"; $R --preset qwen3-8b -T 1,64,256,1024,4096,16384
+      echo "== round $r $side qwen3-8b no norm"; $R --preset qwen3-8b --qk-norm off -T 1,64,256,1024,4096,16384
+      echo "== round $r $side qwen3-8b fp8_e4m3"; $R --preset qwen3-8b --kv-dtype fp8_e4m3 -T 1,1024,16384
+      echo "== round $r $side 16/8/256 QK-norm"; $R --shape 16/8/256 --qk-norm on -T 1,1024,16384
+      echo "== round $r $side 16/8/256 QK-norm f16"; $R --shape 16/8/256 --qk-norm on --dtype f16 -T 1024,16384
+    done
+  done > $OUT/qknorm.log 2>&1
+  echo "qknorm done ($(( $(date +%s) - t0 )) s)"
+}
+step_fp8() {
   for r in 1 2; do
     for side in NEW OLD; do
       B=build-dev; [ $side = OLD ] && B=build-old
@@ -56,8 +72,8 @@ if has fp8; then
     done
   done > $OUT/fp8.log 2>&1
   echo "fp8 done ($(( $(date +%s) - t0 )) s)"
-fi
-if has mla; then
+}
+step_mla() {
   TU="timeout 120 build-dev/bench/ropepool-tune-cuda --rounds 15"
   { echo "== MLA TP 8"
     $TU --preset deepseek-v3-mla-tp8 -T 16384,65536 \
@@ -67,8 +83,8 @@ if has mla; then
         --variants 'plan;floor-copy;hy=4;hy=8;hy=12;hy=16;y=2;pf=1;pf=1,hy=16'
   } > $OUT/mla-tune.log 2>&1
   echo "mla done ($(( $(date +%s) - t0 )) s)"
-fi
-if has python; then
+}
+step_python() {
   B="--backend cuda ${PY_BENCH:--T 1,64,1024 --rounds 7 --profile}"
   for r in 1 2; do
     for side in NEW OLD; do
@@ -80,5 +96,6 @@ if has python; then
     done
   done > $OUT/python-ab.log 2>&1
   echo "python done ($(( $(date +%s) - t0 )) s)"
-fi
+}
+for step in $STEPS; do [ $step = probe ] || step_$step; done
 echo "total $(( $(date +%s) - t0 )) s"

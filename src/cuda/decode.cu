@@ -128,7 +128,7 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
         rp_norm_item norm = {}; /* w NULL: not normalised */
         if (NORM) {
             rp_norm_factor f;
-            rp_norm_rstd<DT, 1>(a, &has_item, &lo, &hi, &f);
+            rp_norm_rstd<DT, 1, rp_head_lanes<HALF, V>()>(a, &has_item, &lo, &hi, &f);
             norm = rp_norm_of(a, item.kind, (int)first, (int)(first + half_bytes / (long long)ELEM), f, NULL);
             norm.w_lo = &w_lo;
             norm.w_hi = &w_hi;
@@ -149,7 +149,7 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
             }
             if (NORM) {
                 rp_norm_factor f;
-                rp_norm_rstd<DT, 1>(a, &valid, &l, &u, &f);
+                rp_norm_rstd<DT, 1, rp_head_lanes<HALF, V>()>(a, &valid, &l, &u, &f);
                 norm = rp_norm_of(a, it.kind, (int)first, (int)(first + half_bytes / (long long)ELEM), f, NULL);
             }
             if (valid)

@@ -94,8 +94,8 @@ int rp_cuda_plan_complete(const rp_problem *p, rp_parts parts, rp_cuda_plan *pla
     if (gb < 1 || hy < 1 || y < 1 || y > MAX_TOKENS_PER_BLOCK || groups % gb != 0 ||
         gb * hy * y > rp_block_threads(plan->items_per_thread, norm))
         return -1;
-    if (norm && gb * hy % 32 != 0)
-        return -1; /* QK-norm's shuffles take whole warps (qk_norm.cuh) */
+    if (norm && (gb != groups || gb * hy % 32 != 0))
+        return -1; /* QK-norm reduces a head over the block's x lanes, in whole warps (qk_norm.cuh) */
     const long long staged_bytes = staged_weight_bytes(p, parts, plan->items_per_thread);
     const long long table_bytes = y * gb * per_vector * 2 * (long long)sizeof(float);
     if (staged_bytes + table_bytes > MAX_TABLE_BYTES)

@@ -101,7 +101,7 @@ rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
 #pragma unroll
             for (int j = 0; j < PREFETCH; j++)
                 valid[j] = token_ok && (int)threadIdx.y + j * HY < a.heads;
-            rp_norm_rstd<DT, PREFETCH>(a, valid, lo, hi, f);
+            rp_norm_rstd<DT, PREFETCH, rp_head_lanes<HALF, V>()>(a, valid, lo, hi, f);
         }
 #pragma unroll
         for (int j = 0; j < PREFETCH; j++) {
@@ -127,7 +127,7 @@ rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
             rp_norm_item norm = {}; /* w NULL: not normalised */
             if (NORM) {
                 rp_norm_factor fh;
-                rp_norm_rstd<DT, 1>(a, &valid, &l, &u, &fh);
+                rp_norm_rstd<DT, 1, rp_head_lanes<HALF, V>()>(a, &valid, &l, &u, &fh);
                 norm = rp_norm_of(a, pl.kind, (int)first, (int)(first + half_bytes / (long long)ELEM), fh,
                                   staged ? sw : NULL);
             }

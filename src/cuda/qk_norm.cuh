@@ -66,16 +66,43 @@ struct rp_norm_factor {
 
 /* This lane's sums over the blockDim.x lanes of its heads (one per item), interleaved: the N
  * reductions' shuffles overlap instead of forming N chains. Blocks of QK-norm calls are whole warps
- * (the plan), so the mask is the full warp's and the compiler emits bare shuffles. */
-template <int N>
+ * (the plan), so the mask is the full warp's and the compiler emits bare shuffles. LANES:
+ * blockDim.x when the kernel knows it (compiled for one head_dim: HALF / ELEMS groups a head, see
+ * rp_head_lanes), else 0 and tested at run time. */
+template <int N, int LANES>
 __device__ __forceinline__ void rp_head_sums(double *sum)
 {
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1)
-        if (o < (int)blockDim.x)
+        if (o < (LANES ? LANES : (int)blockDim.x))
 #pragma unroll
             for (int i = 0; i < N; i++)
                 sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], o);
+}
+
+/* The lanes of a head's reduction at compile time: a kernel compiled for one head_dim (HALF) serves
+ * whole head rows of HALF / ELEMS groups, the plan's blockDim.x for QK-norm calls; 0: unknown. */
+template <int HALF, int ELEMS> __host__ __device__ constexpr int rp_head_lanes(void)
+{
+    return HALF / ELEMS;
+}
+
+/* 16-bit values as float32 for the sum of squares: bfloat16 is the high half of a float32, so the
+ * pair in a word is (w << 16, w & 0xffff0000), one instruction a pair fewer than the conversion.
+ * Only here: the same unpack in the rotation moved the decode kernels' register allocation and
+ * slowed them (bench/results/qwen3-8b-qk-norm.md, stop 35). */
+template <rp_dtype DT> __device__ __forceinline__ void rp_unpack_for_sum(uint4 u, float *f)
+{
+    if (DT != RP_BF16) {
+        rp_elem<DT>::unpack(u, f);
+        return;
+    }
+    const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = __uint_as_float(w[i] << 16);
+        f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
 }
 
 /* The sum of a 16-bit item's squares: pairs of exact squares rounded once (fmaf), summed in
@@ -85,8 +112,8 @@ __device__ __forceinline__ float rp_square_sum16(uint4 lo, uint4 hi)
 {
     constexpr int V = rp_elem<DT>::ELEMS;
     float x[V], y[V];
-    rp_elem<DT>::unpack(lo, x);
-    rp_elem<DT>::unpack(hi, y);
+    rp_unpack_for_sum<DT>(lo, x);
+    rp_unpack_for_sum<DT>(hi, y);
 #pragma unroll
     for (int c = 0; c < V; c++)
         x[c] = fmaf(y[c], y[c], x[c] * x[c]);
@@ -99,8 +126,9 @@ __device__ __forceinline__ float rp_square_sum16(uint4 lo, uint4 hi)
 }
 
 /* rstd of the N heads whose lanes hold (lo[i], hi[i]) (valid[i]: this lane holds item i), each
- * reduced over the blockDim.x lanes of its head. Every lane of the block must call it (uniformly). */
-template <rp_dtype DT, int N, typename Args>
+ * reduced over the blockDim.x lanes of its head (LANES: as rp_head_sums). Every lane of the block
+ * must call it (uniformly). */
+template <rp_dtype DT, int N, int LANES, typename Args>
 __device__ __forceinline__ void rp_norm_rstd(const Args &a, const bool *valid, const uint4 *lo, const uint4 *hi,
                                              rp_norm_factor *f)
 {
@@ -111,7 +139,7 @@ __device__ __forceinline__ void rp_norm_rstd(const Args &a, const bool *valid, c
 #pragma unroll
         for (int i = 0; i < N; i++)
             sum[i] = valid[i] ? (double)rp_square_sum16<DT>(lo[i], hi[i]) : 0.0;
-        rp_head_sums<N>(sum);
+        rp_head_sums<N, LANES>(sum);
 #pragma unroll
         for (int i = 0; i < N; i++) {
             const double v = sum[i] * a.norm_inv_dim + a.norm_eps;
@@ -135,7 +163,7 @@ __device__ __forceinline__ void rp_norm_rstd(const Args &a, const bool *valid, c
         for (int c = 0; c < V; c++)
             sum[i] += valid[i] ? (double)x[c] * (double)x[c] + (double)y[c] * (double)y[c] : 0.0;
     }
-    rp_head_sums<N>(sum);
+    rp_head_sums<N, LANES>(sum);
 #pragma unroll
     for (int i = 0; i < N; i++) {
         f[i].rstd = 1.0 / sqrt(sum[i] * a.norm_inv_dim + a.norm_eps);
