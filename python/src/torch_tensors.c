@@ -305,8 +305,8 @@ static PyObject *torch_empty_like(PyObject *like, const rp_tensor *like_tensor, 
         return NULL;
     if (block != NULL) {
         return rpy_dlpack_on_block(exchange, like_tensor, block, bytes, out);
-    } else if (native_reads(like) && like_tensor->device.type == RP_DEVICE_CPU) {
-        arr = native->empty_like(like, out);
+    } else if (native_reads(like)) {
+        arr = native->empty_like(like, out); /* on CUDA: the caching allocator, current stream */
     } else if (exchange_reads(like) && like_tensor->ndim <= RP_MAX_DIMS) {
         arr = rpy_dlpack_empty_like(exchange, like, like_tensor, out);
     } else {

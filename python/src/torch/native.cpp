@@ -5,6 +5,7 @@
  * uses that torch's C++ ABI.
  */
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/empty.h> /* not pulled in by the headers below in every torch (2.11) */
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/autograd/variable.h>
@@ -54,15 +55,15 @@ int describe_tensor(const at::Tensor &t, rp_tensor *out, int *negative)
         *negative = t.is_neg();
         const rp_dtype dtype = dtype_of(t.scalar_type());
         const c10::Device device = t.device();
-        /* CUDA tensors stay with the exchange API until this path has run on a GPU */
         if (t.layout() != c10::kStrided || !t.has_storage() || dtype == RP_DTYPE_OTHER ||
-            device.type() != c10::DeviceType::CPU)
+            (device.type() != c10::DeviceType::CPU && device.type() != c10::DeviceType::CUDA))
             return 0;
         std::memset(out, 0, sizeof *out);
         out->data = t.data_ptr(); /* the mutable pointer: a copy-on-write tensor is materialised */
         out->ndim = (int32_t)t.dim();
         out->dtype = (int32_t)dtype;
-        out->device.type = RP_DEVICE_CPU;
+        out->device.type = device.is_cuda() ? RP_DEVICE_CUDA : RP_DEVICE_CPU;
+        out->device.index = device.is_cuda() ? device.index() : 0;
         const auto sizes = t.sizes();
         const auto strides = t.strides();
         for (int64_t d = 0; d < t.dim() && d < RP_MAX_DIMS; d++) {

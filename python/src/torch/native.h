@@ -26,9 +26,8 @@ typedef struct rpy_torch_native {
     /* Describes a torch.Tensor (obj, any subclass: the C++ tensor it wraps) as DLPack's exchange
      * API would: element 0 (storage offset included), shape, strides in elements, dtype, device.
      * Returns 1 when described, 0 when obj is a tensor this table leaves to the exchange API (a
-     * layout other than strided, a device other than the CPU, a dtype ropepool has no name for,
-     * no storage): the caller's slower path then describes it or explains the refusal. (CUDA
-     * tensors are left to it until this path has been run on a GPU.)
+     * layout other than strided, a device other than the CPU or CUDA, a dtype ropepool has no name for,
+     * no storage): the caller's slower path then describes it or explains the refusal.
      * *negative: the tensor's negative bit (set whatever the return value). Never raises. */
     int (*describe)(PyObject *obj, rp_tensor *t, int *negative);
     /* A new, uninitialised, C-contiguous tensor with like's shape, dtype and device, described
