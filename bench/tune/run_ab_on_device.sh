@@ -3,20 +3,24 @@
 # Builds this tree (NEW, build-dev, with its tests) and main's (OLD, build-old; the caller first
 # puts main's tree beside this one: git archive main | (mkdir -p dev_main && tar -x -C dev_main)).
 # Both build folders survive between calls while the machine stays warm, so a second call with
-# other STEPS rebuilds nothing. Steps (STEPS, default all, run in the order given; each writes its log to $OUT):
+# other STEPS rebuilds nothing. Env: TARGETS (build only these targets in NEW, only the benchmarks
+# in OLD), PYTHON=OFF (no Python extension), ROUNDS (the qknorm step's rounds), CTEST_ARGS,
+# TEST_TIMEOUT, PY_BENCH. Steps (STEPS, default all, run in the order given; each writes its log
+# to $OUT):
 #   probe   before building: which C++ compiler can build the native torch extension
 #           (ropepool._ropepool_torch) against this machine's torch; the first that can (of CXX,
 #           g++, clang++ and versioned g++) builds both trees; each one's first error is printed
 #   tests   ctest -L cuda on NEW (CTEST_ARGS: other ctest arguments) (the C CUDA suites, memcheck/racecheck, the Python CUDA tests)
 #   qknorm  ropepool-bench, QK-norm calls (Qwen3-8B preset, 16/8/256; bf16, f16, fp8 pools) and the
-#           same shapes without it, NEW and OLD interleaved, two rounds (issue 14's ratio)
+#           same shapes without it, NEW and OLD interleaved, ROUNDS rounds (default 2; issue 14's ratio)
 #   fp8     ropepool-bench, fp8 e4m3 pools (cold, verified), NEW and OLD interleaved, two rounds:
 #           16/8/256 (head_dim 256) and 32/8/128 (a control), with the bf16-pool row of 16/8/256
 #   mla     ropepool-tune-cuda on NEW: DeepSeek-V3 MLA at TP 8 and 16/8/256 fp8 at large T, the
 #           plan against other geometries and the in-run copy floor (its roofline)
 #   python  python -m ropepool.bench --backend cuda --profile and measure_torch_op.py --device
 #           cuda, NEW and OLD interleaved, two rounds (host time per eager call)
-# Stop 38: NEW = main + the QK-norm reduction's width at compile time + the CUDA native torch path.
+# Stop 38: NEW = main + the QK-norm reduction's lanes at compile time + the CUDA native torch path;
+# next, branch gpu/qknorm-fp8 (QK-norm kernels for head_dim 128 NeoX with fp8 pools compiled).
 set -uo pipefail
 OUT=${OUT:-out-device}; mkdir -p $OUT
 OLD=${MAIN_TREE:-dev_main}
@@ -24,7 +28,9 @@ STEPS=${STEPS:-"probe tests qknorm fp8 mla python"}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 t0=$(date +%s)
 PY=$(command -v python3)
-CONF="-DCMAKE_BUILD_TYPE=Release -DROPEPOOL_CUDA_ARCHITECTURES=90a-real -DPython3_EXECUTABLE=$PY"
+CONF="-DCMAKE_BUILD_TYPE=Release -DROPEPOOL_CUDA_ARCHITECTURES=90a-real -DPython3_EXECUTABLE=$PY -DROPEPOOL_PYTHON=${PYTHON:-ON}"
+# TARGETS: build only these in NEW (and only the benchmarks in OLD), where device time is short
+NEW_TARGETS=${TARGETS:+--target $TARGETS}; OLD_TARGETS=${TARGETS:+--target ropepool-bench ropepool-tune-cuda}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/env.txt 2>&1
 if has probe; then
   for cxx in ${CXX:-} g++ clang++ g++-14 g++-13 g++-12 g++-11; do
@@ -39,22 +45,23 @@ if has probe; then
   [ "$STEPS" = probe ] && exit 0
 fi
 ( { [ -f build-old/CMakeCache.txt ] || cmake -S $OLD -B build-old $CONF -DROPEPOOL_TESTS=OFF; } > $OUT/old-build.log 2>&1 &&
-  cmake --build build-old -j 6 >> $OUT/old-build.log 2>&1 || echo "OLD build failed" ) &
+  cmake --build build-old -j 6 $OLD_TARGETS >> $OUT/old-build.log 2>&1 || echo "OLD build failed" ) &
 { [ -f build-dev/CMakeCache.txt ] || cmake -S . -B build-dev $CONF; } > $OUT/build.log 2>&1 || { tail -20 $OUT/build.log; exit 1; }
-cmake --build build-dev -j 10 >> $OUT/build.log 2>&1 || { grep -E "error" $OUT/build.log | head -30; exit 1; }
+cmake --build build-dev -j 10 $NEW_TARGETS >> $OUT/build.log 2>&1 || { grep -E "error" $OUT/build.log | head -30; exit 1; }
 wait; echo "builds $(( $(date +%s) - t0 )) s"
 step_tests() {
   (cd build-dev && timeout ${TEST_TIMEOUT:-240} ctest --output-on-failure -j 6 ${CTEST_ARGS:--L cuda}) > $OUT/cuda-tests.log 2>&1
   echo "ctest rc $? ($(( $(date +%s) - t0 )) s)"; grep -E "tests passed|Failed|\*\*\*" $OUT/cuda-tests.log
 }
 step_qknorm() {
-  for r in 1 2; do
+  for r in $(seq ${ROUNDS:-2}); do
     for side in NEW OLD; do
       B=build-dev; [ $side = OLD ] && B=build-old
       R="timeout 60 $B/bench/ropepool-bench --backend cuda --dtype bf16 --seconds 0.03 --no-unfused --sets 1"
       echo "== round $r $side qwen3-8b (QK-norm)"; $R --preset qwen3-8b -T 1,64,256,1024,4096,16384
       echo "== round $r $side qwen3-8b no norm"; $R --preset qwen3-8b --qk-norm off -T 1,64,256,1024,4096,16384
-      echo "== round $r $side qwen3-8b fp8_e4m3"; $R --preset qwen3-8b --kv-dtype fp8_e4m3 -T 1,1024,16384
+      echo "== round $r $side qwen3-8b fp8_e4m3"; $R --preset qwen3-8b --kv-dtype fp8_e4m3 -T 1,64,256,1024,4096,16384
+      echo "== round $r $side qwen3-8b fp8_e4m3 no norm"; $R --preset qwen3-8b --kv-dtype fp8_e4m3 --qk-norm off -T 1,64,256,1024,4096,16384
       echo "== round $r $side 16/8/256 QK-norm"; $R --shape 16/8/256 --qk-norm on -T 1,1024,16384
       echo "== round $r $side 16/8/256 QK-norm f16"; $R --shape 16/8/256 --qk-norm on --dtype f16 -T 1024,16384
     done
