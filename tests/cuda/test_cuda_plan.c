@@ -1,0 +1,154 @@
+/*
+ * test_cuda_plan.c — the CUDA launch plan (plan.cu), checked on the host: no GPU is needed, so it
+ * runs wherever the CUDA backend is built (CI included). For T from 1 to 2^17 tokens, on the
+ * multiprocessor counts of an H100/H200 (132), an A100 (108), an L4 (58) and a small part (16),
+ * over head shapes, dtypes, RoPE styles, partial rotary, fp8 pools, QK-norm and the three parts
+ * of a call:
+ *  - every vectorized plan rp_cuda_make_plan returns is one rp_cuda_plan_complete accepts
+ *    unchanged (make_plan does not look at its answer: "cannot refuse"), so it launches within
+ *    the kernels' launch bounds and shared memory;
+ *  - a token's frequency groups are split into whole blocks, a block is 1 to 1024 threads;
+ *  - QK-norm plans give each head's reduction whole head rows in whole warps (qk_norm.cuh), and
+ *    a tuned plan that splits head rows is refused (it would reduce half a head);
+ *  - the calls chosen here all take the vectorized kernels.
+ */
+#include "../test_verify.h"
+#include "cuda/cuda_backend.h"
+
+static test_rng rng = {0x706c616eu};
+
+typedef struct plan_case {
+    int64_t Hq, Hk, D;
+    int style, half_rotary, fp8, norm;
+} plan_case;
+
+/* A validated problem of the case at a few tokens; the plan is asked for it at other T (the plan
+ * reads T, the shapes, strides and alignment, none of which change with T here). */
+static int make_problem(const plan_case *c, rp_dtype dt, fixture *f, void **extra, rp_problem *p)
+{
+    fixture_init(f, &rng, 4, c->Hq, c->Hk, c->D, 64, dt, RP_I64, 1 << 16, 0);
+    rp_rope_pool_args *a = &f->args;
+    a->style = c->style;
+    a->rotary_dim = c->half_rotary ? c->D / 2 : 0;
+    const size_t pool_bytes = (size_t)(64 * c->Hk * c->D);
+    *extra = test_alloc(2 * pool_bytes + 2 * (size_t)c->D * rp_dtype_size(dt));
+    char *bytes = *extra;
+    if (c->fp8) {
+        a->k_pool = rp_tensor_3d(bytes, RP_U8, 64, c->Hk, c->D);
+        a->v_pool = rp_tensor_3d(bytes + pool_bytes, RP_U8, 64, c->Hk, c->D);
+        a->pool_dtype = RP_F8_E4M3;
+    }
+    if (c->norm) {
+        void *w = bytes + 2 * pool_bytes;
+        for (int64_t i = 0; i < 2 * c->D; i++)
+            test_store(w, dt, i, 1.0);
+        a->q_norm_weight = w;
+        a->k_norm_weight = (char *)w + (size_t)c->D * rp_dtype_size(dt);
+        a->norm_eps = 1e-6;
+    }
+    char msg[256] = "";
+    rp_err err = {msg, sizeof msg};
+    const rp_status st = rp_validate(a, p, &err);
+    CHECK(st == RP_OK, "%lld/%lld/%lld %s: validation failed: %s", (long long)c->Hq, (long long)c->Hk,
+          (long long)c->D, rp_dtype_name(dt), msg);
+    return st == RP_OK;
+}
+
+static int same_plan(const rp_cuda_plan *x, const rp_cuda_plan *y)
+{
+    return x->vectorized == y->vectorized && x->groups_per_block == y->groups_per_block && x->chunks == y->chunks &&
+           x->heads == y->heads && x->v_pieces == y->v_pieces && x->heads_per_pass == y->heads_per_pass &&
+           x->head_chunks == y->head_chunks && x->items_per_thread == y->items_per_thread &&
+           x->tokens_per_block == y->tokens_per_block && x->threads_x == y->threads_x &&
+           x->overlap_launch == y->overlap_launch && x->grid == y->grid && x->shared_bytes == y->shared_bytes;
+}
+
+/* The checks above for one plan; returns 1 when they hold. */
+static int check_plan(const rp_problem *p, rp_parts parts, const rp_cuda_plan *plan, const plan_case *c,
+                      const char *what)
+{
+    const int64_t per_vector = 16 / (int64_t)rp_dtype_size(p->dtype), groups = c->D / 2 / per_vector;
+    const int64_t gb = plan->groups_per_block, hy = plan->heads_per_pass, y = plan->tokens_per_block;
+    const int before = test_failures;
+    CHECK(plan->vectorized, "%s: not vectorized", what);
+    if (!plan->vectorized)
+        return 0;
+    rp_cuda_plan again = *plan;
+    const int complete = rp_cuda_plan_complete(p, parts, &again);
+    CHECK(complete == 0 && same_plan(&again, plan),
+                   "%s: rp_cuda_plan_complete %s the plan (block %lld x %lld x %lld, %d items a thread)", what,
+                   complete ? "refuses" : "changes", (long long)gb, (long long)hy, (long long)y,
+                   plan->items_per_thread);
+    CHECK(gb >= 1 && groups % gb == 0 && plan->chunks * gb == groups, "%s: %lld groups a block of %lld",
+                what, (long long)gb, (long long)groups);
+    CHECK(gb * hy * y >= 1 && gb * hy * y <= 1024 && plan->grid >= 1, "%s: block %lld x %lld x %lld, grid %u",
+                what, (long long)gb, (long long)hy, (long long)y, plan->grid);
+    if (c->norm && parts != RP_PARTS_SCATTER) {
+        CHECK(gb == groups && gb * hy % 32 == 0, "%s: QK-norm block %lld x %lld of heads of %lld groups", what,
+                    (long long)gb, (long long)hy, (long long)groups);
+        if (gb >= 2) { /* the same threads as half head rows: the tune tool's override, refused */
+            rp_cuda_plan split = *plan;
+            split.groups_per_block = (int)(gb / 2);
+            split.heads_per_pass = (int)(hy * 2);
+            CHECK(rp_cuda_plan_complete(p, parts, &split) == -1, "%s: a plan of half head rows accepted",
+                        what);
+        }
+    }
+    return test_failures == before;
+}
+
+static void test_plans_launch_as_made(void)
+{
+    static const plan_case cases[] = {
+        {32, 8, 128, RP_ROPE_NEOX, 0, 0, 0}, {32, 8, 128, RP_ROPE_GPTJ, 0, 0, 0}, {32, 8, 128, RP_ROPE_NEOX, 1, 0, 0},
+        {16, 8, 256, RP_ROPE_NEOX, 0, 0, 0}, {16, 16, 256, RP_ROPE_GPTJ, 1, 0, 0}, {32, 4, 64, RP_ROPE_NEOX, 0, 0, 0},
+        {8, 1, 128, RP_ROPE_NEOX, 0, 0, 0},  {128, 1, 64, RP_ROPE_GPTJ, 0, 0, 0}, {40, 8, 128, RP_ROPE_NEOX, 0, 0, 0},
+        {32, 8, 128, RP_ROPE_NEOX, 0, 1, 0}, {16, 8, 256, RP_ROPE_NEOX, 0, 1, 0}, {32, 8, 128, RP_ROPE_GPTJ, 0, 1, 0},
+        {32, 8, 128, RP_ROPE_NEOX, 0, 0, 1}, {16, 8, 256, RP_ROPE_NEOX, 0, 0, 1}, {32, 4, 64, RP_ROPE_NEOX, 0, 0, 1},
+        {12, 4, 128, RP_ROPE_NEOX, 0, 0, 1}, {8, 1, 128, RP_ROPE_GPTJ, 0, 0, 1}, {64, 4, 128, RP_ROPE_NEOX, 0, 1, 1},
+        {28, 4, 128, RP_ROPE_NEOX, 1, 0, 1},
+    };
+    static const rp_dtype dtypes[3] = {RP_F32, RP_F16, RP_BF16};
+    static const int sms[4] = {132, 108, 58, 16};
+    static const rp_parts parts[3] = {RP_PARTS_ALL, RP_PARTS_ROTATE, RP_PARTS_SCATTER};
+    long long plans = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int d = 0; d < 3; d++) {
+            const plan_case *c = &cases[i];
+            fixture f;
+            void *extra = NULL;
+            rp_problem p;
+            int ok = make_problem(c, dtypes[d], &f, &extra, &p);
+            for (int s = 0; s < 4 && ok; s++) {
+                rp_cuda_state st;
+                memset(&st, 0, sizeof st);
+                st.num_sms = sms[s];
+                st.compute_capability = 90;
+                /* every T to three tokens a multiprocessor (where the decode rules change), then
+                 * steps of about 3% to 2^17 */
+                for (int64_t T = 1; T <= 131072 && ok; T = T < 3 * sms[s] ? T + 1 : T + T / 32)
+                    for (int k = 0; k < 3 && ok; k++) {
+                        if (parts[k] == RP_PARTS_SCATTER && c->fp8)
+                            continue; /* scattering alone reads k_rot, of the inputs' dtype: the same plan */
+                        p.num_tokens = T;
+                        const rp_cuda_plan plan = rp_cuda_make_plan(&st, &p, parts[k]);
+                        char what[160];
+                        snprintf(what, sizeof what, "%lld/%lld/%lld %s %s%s%s%s parts %d, %d SMs, T = %lld",
+                                 (long long)c->Hq, (long long)c->Hk, (long long)c->D, rp_dtype_name(dtypes[d]),
+                                 c->style == RP_ROPE_GPTJ ? "gptj" : "neox", c->half_rotary ? " R=D/2" : "",
+                                 c->fp8 ? " fp8" : "", c->norm ? " qk-norm" : "", (int)parts[k], sms[s], (long long)T);
+                        ok = check_plan(&p, parts[k], &plan, c, what);
+                        plans++;
+                    }
+            }
+            free(extra);
+            fixture_free(&f);
+        }
+    printf("  %lld plans checked\n", plans);
+}
+
+int main(void)
+{
+    RUN(test_plans_launch_as_made);
+    return test_summary("cuda_plan");
+}
