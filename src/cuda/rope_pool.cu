@@ -138,8 +138,9 @@ static cudaError_t launch_dtype(const rp_cuda_state *st, const rp_problem *p, rp
     if (rp_has_qk_norm(p)) { /* kernels.cuh's RP_NORM_VARIANTS */
         const int gptj = p->style == RP_ROPE_GPTJ;
         if (rp_pool_is_fp8(p))
-            return gptj ? launch_vectorized<DT, RP_ROPE_GPTJ, 0, 256, true, true>(st, p, parts, plan, stream)
-                        : launch_vectorized<DT, RP_ROPE_NEOX, 0, 256, true, true>(st, p, parts, plan, stream);
+            return gptj          ? launch_vectorized<DT, RP_ROPE_GPTJ, 0, 256, true, true>(st, p, parts, plan, stream)
+                   : whole == 64 ? launch_vectorized<DT, RP_ROPE_NEOX, 64, 64, true, true>(st, p, parts, plan, stream)
+                                 : launch_vectorized<DT, RP_ROPE_NEOX, 0, 256, true, true>(st, p, parts, plan, stream);
         if (gptj)
             return launch_vectorized<DT, RP_ROPE_GPTJ, 0, 256, false, true>(st, p, parts, plan, stream);
         return whole == 64
