@@ -69,12 +69,14 @@ template <rp_dtype DT, int FREQ_CAP> rp_kernel_fn<FREQ_CAP> rp_strided_kernel(vo
 /* QK-norm (NORM): compiled apart too, for the same reason (its float64 reduction and weight loads
  * made the 16-bit decode kernels spill 80-130 bytes when it was a runtime branch of every variant).
  * Its heads have at most 32 groups (plan.cu), so 256 frequencies cover every rotary_dim; head_dim
- * 128 NeoX (Qwen3, Gemma 3) gets its constant sizes, with fp8 pools too (with runtime sizes the
- * bf16 prefill kernel spills 136 bytes there, with constant ones 20, and the call is 17-22% faster
- * on an H100: bench/results/qwen3-8b-qk-norm.md), the rest runs with runtime sizes. */
+ * 128 and 256 NeoX (Qwen3; Gemma 3) get their constant sizes, with fp8 pools too (with runtime
+ * sizes the bf16 prefill kernel spills 100-136 bytes there, with constant ones 20, and Qwen3-8B's
+ * fp8 call is 17-22% faster on an H100: bench/results/qwen3-8b-qk-norm.md), the rest runs with
+ * runtime sizes. */
 #define RP_NORM_VARIANTS_OF(X, DT)                                                                             \
-    X(DT, RP_ROPE_NEOX, 64, 64, false) X(DT, RP_ROPE_NEOX, 0, 256, false) X(DT, RP_ROPE_GPTJ, 0, 256, false)    \
-    X(DT, RP_ROPE_NEOX, 64, 64, true) X(DT, RP_ROPE_NEOX, 0, 256, true) X(DT, RP_ROPE_GPTJ, 0, 256, true)
+    X(DT, RP_ROPE_NEOX, 64, 64, false) X(DT, RP_ROPE_NEOX, 128, 128, false) X(DT, RP_ROPE_NEOX, 0, 256, false)  \
+    X(DT, RP_ROPE_GPTJ, 0, 256, false) X(DT, RP_ROPE_NEOX, 64, 64, true) X(DT, RP_ROPE_NEOX, 128, 128, true)       \
+    X(DT, RP_ROPE_NEOX, 0, 256, true) X(DT, RP_ROPE_GPTJ, 0, 256, true)
 #define RP_NORM_VARIANTS(X) RP_NORM_VARIANTS_OF(X, RP_F32) RP_NORM_VARIANTS_OF(X, RP_F16) RP_NORM_VARIANTS_OF(X, RP_BF16)
 #define RP_STRIDED_VARIANTS_OF(S, DT) S(DT, 256) S(DT, RP_CUDA_MAX_HEAD_DIM / 2)
 #define RP_STRIDED_VARIANTS(S)                                                                                 \

@@ -122,6 +122,15 @@ static cudaError_t launch_strided(const rp_cuda_state *st, const rp_problem *p, 
                   plan->overlap_launch, a);
 }
 
+/* A QK-norm variant, with fp8 pools or without (kernels.cuh compiles both for each geometry). */
+template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP>
+static cudaError_t launch_norm(bool fp8, const rp_cuda_state *st, const rp_problem *p, rp_parts parts,
+                               const rp_cuda_plan *plan, cudaStream_t stream)
+{
+    return fp8 ? launch_vectorized<DT, STYLE, HALF, FREQ_CAP, true, true>(st, p, parts, plan, stream)
+               : launch_vectorized<DT, STYLE, HALF, FREQ_CAP, false, true>(st, p, parts, plan, stream);
+}
+
 /* The variants of kernels.cuh: either style over the whole head, without mRoPE, gets head_dim as a compile-time constant
  * for the common sizes (64, 128, 256); the others run the same code with a runtime head_dim and
  * rotary_dim. Frequencies up to RP_CUDA_MAX_HEAD_DIM / 2. */
@@ -136,16 +145,14 @@ static cudaError_t launch_dtype(const rp_cuda_state *st, const rp_problem *p, rp
         return pairs <= 256 ? launch_strided<DT, 256>(st, p, parts, plan, stream)
                             : launch_strided<DT, RP_CUDA_MAX_HEAD_DIM / 2>(st, p, parts, plan, stream);
     if (rp_has_qk_norm(p)) { /* kernels.cuh's RP_NORM_VARIANTS */
-        const int gptj = p->style == RP_ROPE_GPTJ;
-        if (rp_pool_is_fp8(p))
-            return gptj          ? launch_vectorized<DT, RP_ROPE_GPTJ, 0, 256, true, true>(st, p, parts, plan, stream)
-                   : whole == 64 ? launch_vectorized<DT, RP_ROPE_NEOX, 64, 64, true, true>(st, p, parts, plan, stream)
-                                 : launch_vectorized<DT, RP_ROPE_NEOX, 0, 256, true, true>(st, p, parts, plan, stream);
-        if (gptj)
-            return launch_vectorized<DT, RP_ROPE_GPTJ, 0, 256, false, true>(st, p, parts, plan, stream);
-        return whole == 64
-                   ? launch_vectorized<DT, RP_ROPE_NEOX, 64, 64, false, true>(st, p, parts, plan, stream)
-                   : launch_vectorized<DT, RP_ROPE_NEOX, 0, 256, false, true>(st, p, parts, plan, stream);
+        const bool fp8 = rp_pool_is_fp8(p);
+        if (p->style == RP_ROPE_GPTJ)
+            return launch_norm<DT, RP_ROPE_GPTJ, 0, 256>(fp8, st, p, parts, plan, stream);
+        switch (whole) {
+        case 64: return launch_norm<DT, RP_ROPE_NEOX, 64, 64>(fp8, st, p, parts, plan, stream);
+        case 128: return launch_norm<DT, RP_ROPE_NEOX, 128, 128>(fp8, st, p, parts, plan, stream);
+        default: return launch_norm<DT, RP_ROPE_NEOX, 0, 256>(fp8, st, p, parts, plan, stream);
+        }
     }
     if (rp_pool_is_fp8(p)) /* pairs <= RP_VECTOR_FP8_MAX_PAIRS: the plan saw to it */
         return p->style == RP_ROPE_GPTJ ? launch_vectorized<DT, RP_ROPE_GPTJ, 0, 256, true>(st, p, parts, plan, stream)

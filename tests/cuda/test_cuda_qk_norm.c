@@ -180,12 +180,13 @@ static void test_normalised_variants_and_fp8_pools(void)
         for (int d = 0; d < 3; d++)
             run_case(v % 2 ? 600 : 9, 8, 2, 128, dtypes[d], RP_F32, (v + d) % 3, (double)(v % 2), &test_variants[v],
                      (v + d) % 3 == 0 ? 1 + v % 2 : 0, &same, &total);
-    /* the kernels compiled for NeoX over heads of 128 with fp8 pools (Qwen3 with an fp8 cache):
-     * decode (T = 9) and prefill (T = 600), e4m3 and e5m2, every dtype */
-    for (int d = 0; d < 3; d++)
-        for (int i = 0; i < 2; i++)
-            run_case(i ? 600 : 9, 8, 2, 128, dtypes[d], d % 2 ? RP_F32 : dtypes[d], NORM_BOTH, (double)i, NULL,
-                     1 + (i + d) % 2, &same, &total);
+    /* the kernels compiled for NeoX over heads of 128 and 256 with fp8 pools (Qwen3, Gemma 3 with
+     * an fp8 cache): decode (T = 9) and prefill (T = 600), e4m3 and e5m2, every dtype */
+    for (int64_t D = 128; D <= 256; D *= 2)
+        for (int d = 0; d < 3; d++)
+            for (int i = 0; i < 2; i++)
+                run_case(i ? 600 : 9, 8, 2, D, dtypes[d], d % 2 ? RP_F32 : dtypes[d], NORM_BOTH, (double)i, NULL,
+                         1 + (i + d) % 2, &same, &total);
 }
 
 /* Values, weights, offsets and eps outside the float32 path's range take the float64 paths, within
