@@ -92,10 +92,10 @@ void *rpy_output_block_take(const rp_tensor *like, size_t *block_bytes)
 {
     const size_t need = tensor_bytes(like);
     size_t limit;
-    const int how = strategy();
     *block_bytes = 0;
     if (need < LARGE)
         return NULL;
+    const int how = strategy(); /* a getenv: only beside a large allocation */
     if (how < 0) {
         rpy_refuse("ROPEPOOL_FRESH_OUTPUTS must be cache, huge, populate, huge+populate or none, got '%s'",
                    getenv("ROPEPOOL_FRESH_OUTPUTS"));

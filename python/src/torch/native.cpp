@@ -10,6 +10,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/library.h>
+#include <c10/util/SmallVector.h>
 
 #include <cstring>
 #include <vector>
@@ -217,31 +218,53 @@ void push_results(const c10::FunctionSchema &schema, PyObject *result, torch::ji
         stack->emplace_back(THPVariable_Unpack(PyTuple_GET_ITEM(result, (Py_ssize_t)i)));
 }
 
+/* The schema's argument names as interned Python strings, made once per overload (the GIL held):
+ * interning them on every call, with two vectors' allocations, cost some 0.5 µs of the operator's
+ * 10 (bench/results/torch-op-cpu.md). A reference is kept for the life of the process, as the
+ * operator's is. NULL with an exception. */
+PyObject *const *argument_names(const c10::FunctionSchema &schema)
+{
+    static std::vector<std::pair<const c10::FunctionSchema *, std::vector<PyObject *>>> made;
+    for (const auto &entry : made)
+        if (entry.first == &schema)
+            return entry.second.data();
+    std::vector<PyObject *> names;
+    for (const c10::Argument &argument : schema.arguments()) {
+        PyObject *name = PyUnicode_InternFromString(argument.name().c_str());
+        if (name == nullptr) {
+            for (PyObject *made_name : names)
+                Py_DECREF(made_name);
+            return nullptr;
+        }
+        names.push_back(name);
+    }
+    made.emplace_back(&schema, std::move(names));
+    return made.back().second.data();
+}
+
 void kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack)
 {
     const c10::FunctionSchema &schema = op.schema();
     const std::vector<c10::Argument> &arguments = schema.arguments();
     const size_t num = arguments.size();
     gil_held gil;
+    PyObject *const *argument_name = argument_names(schema);
     /* argv: the positional arguments, then the values of the keywords named in kwnames */
-    std::vector<PyObject *> argv, names;
-    argv.reserve(num);
-    names.reserve(num);
+    c10::SmallVector<PyObject *, 40> argv, names; /* 33 arguments at most: no allocation */
     PyObject *kwnames = nullptr, *result = nullptr;
     size_t positional = 0;
-    bool ok = true;
+    bool ok = argument_name != nullptr;
     for (size_t i = 0; ok && i < num; i++) {
         const c10::IValue &value = torch::jit::peek(*stack, i, num);
         const bool keyword = arguments[i].kwarg_only();
         if (keyword && at_default(arguments[i], value))
             continue;
         PyObject *item = python_value(value);
-        PyObject *name = keyword && item ? PyUnicode_InternFromString(arguments[i].name().c_str()) : nullptr;
-        ok = item != nullptr && (!keyword || name != nullptr);
+        ok = item != nullptr;
         if (item != nullptr)
             argv.push_back(item);
-        if (name != nullptr)
-            names.push_back(name);
+        if (item != nullptr && keyword)
+            names.push_back(argument_name[i]);
         positional += !keyword;
     }
     kwnames = ok ? PyTuple_New((Py_ssize_t)names.size()) : nullptr;
@@ -253,8 +276,6 @@ void kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack)
         result = PyObject_Vectorcall(binding_call, argv.data(), positional, kwnames);
     for (PyObject *item : argv)
         Py_DECREF(item);
-    for (PyObject *name : names)
-        Py_DECREF(name);
     Py_XDECREF(kwnames);
     if (result == nullptr) {
         python_error error; /* torch raises the binding's own exception (RopePoolError, ...) */
