@@ -26,7 +26,7 @@ except ModuleNotFoundError as error:  # the source tree's python/ropepool, not a
         raise
     raise ImportError(
         "ropepool's extension module is not built here (" + __path__[0] + "): install the package "
-        "with `python3 -m pip install ./python`, or run `make` and use PYTHONPATH=build/python"
+        "with `python3 -m pip install .` from the repository root, or run `make` and use PYTHONPATH=build/python"
     ) from error
 
 from ._hf import hf_rope_kwargs, hf_rope_parameters  # noqa: E402  (needs the extension)

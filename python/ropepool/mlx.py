@@ -43,8 +43,8 @@ try:
 except ImportError as error:
     raise ImportError(
         "ropepool.mlx needs MLX: install it with `python3 -m pip install \"mlx[cpu]\"` on Linux or "
-        "`python3 -m pip install mlx` on macOS, or install ropepool with its mlx extra: "
-        "`python3 -m pip install \"./python[mlx]\"`"
+        "`python3 -m pip install mlx` on macOS, or install ropepool with its mlx extra (from the "
+        "repository root): `python3 -m pip install \".[mlx]\"`"
     ) from error
 
 from . import RopePoolError, num_threads
@@ -54,9 +54,10 @@ try:
 except ImportError as error:
     raise ImportError(
         "ropepool was built without its MLX extension (MLX, nanobind or a C++ compiler was missing "
-        "when it was built): on macOS reinstall with `python3 -m pip install \"./python[mlx]\"`; on "
+        "when it was built): on macOS reinstall from the repository root with "
+        "`python3 -m pip install \".[mlx]\"`; on "
         "Linux install `\"mlx[cpu]==0.32.4\" nanobind==3.1.0 scikit-build-core numpy` first, then "
-        "`python3 -m pip install --no-build-isolation \"./python[mlx]\"`"
+        "`python3 -m pip install --no-build-isolation \".[mlx]\"`"
     ) from error
 
 if _ext.mlx_version != mx.__version__.split(".dev")[0]:

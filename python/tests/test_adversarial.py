@@ -138,7 +138,7 @@ def test_readme_python_example_runs_as_written(ropepool):
 
 
 def test_readme_python_version_matches_the_package():
-    with open(os.path.join(REPO, "python", "pyproject.toml"), encoding="utf-8") as f:
+    with open(os.path.join(REPO, "pyproject.toml"), encoding="utf-8") as f:
         required = re.search(r'requires-python = ">=([0-9.]+)"', f.read()).group(1)
     with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
         stated = re.findall(r"Python ≥ ([0-9.]+)", f.read())
