@@ -295,8 +295,8 @@ typedef struct rp_rope_pool_args {
     int32_t mrope_section[3];
     uint32_t mrope_interleaved; /* 0 or 1; 1 needs mrope_section                                     */
     uint64_t reserved[9]; /* must be 0: room for what comes next                                  */
-    /* Per-head QK RMSNorm in front of RoPE (Qwen3, Gemma 3, OLMo 2): with a weight w given, every
-     * head of q (q_norm_weight) or k (k_norm_weight) becomes
+    /* Per-head QK RMSNorm in front of RoPE (Qwen3, Gemma 3; not OLMo 2's, which spans all heads):
+     * with a weight w given, every head of q (q_norm_weight) or k (k_norm_weight) becomes
      *     y[i] = x[i] / sqrt(mean over the D dims of x^2 + norm_eps) * (w[i] + norm_weight_offset)
      * before the rotation, over all D dims (the pass-through dims R..D-1 hold y too); v never is.
      * Either weight may be given alone. These fields sit at the far end of the reserved space,
