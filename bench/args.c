@@ -30,7 +30,7 @@ static const char usage[] =
     "  --rope-scaling none rope_base's own table and attention scaling 1 instead of the preset's\n"
     "                      llama3/yarn/longrope table (with --style neox --rotary-dim 0: the\n"
     "                      seed's variant of the same shape, to compare against)\n"
-    "  --qk-norm on|off    per-head QK RMSNorm before RoPE (default: the preset's; qwen3-8b: on)\n"
+    "  --qk-norm on|off    per-head QK RMSNorm before RoPE (default: the preset's; qwen3-8b, gemma3-12b: on)\n"
     "  -T, --tokens LIST   token counts, comma-separated\n"
     "                      (default cpu 1,16,256,4096,16384; cuda 1,64,256,1024,4096,16384,65536)\n"
     "  --dtype LIST        f32, f16, bf16, comma-separated (default cpu f32, cuda bf16)\n"

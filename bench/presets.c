@@ -19,6 +19,11 @@ static const bench_shape presets[] = {
     /* Qwen3-8B: q_norm / k_norm (RMSNorm over each head, rms_norm_eps 1e-6) before RoPE */
     {.name = "qwen3-8b", .model = "Qwen3-8B (QK-norm)", .hq = 32, .hk = 8, .d = 128, .rope_base = 1000000.0,
      .qk_norm = 1},
+    /* Gemma-3-12B: heads of 256 with q_norm / k_norm ((1 + w) weights: the same work). Its sliding-
+     * window layers (5 of 6) use rope_local_base_freq 10000; the global ones rope_theta 1e6 with
+     * linear scaling x8, at the same cost */
+    {.name = "gemma3-12b", .model = "Gemma-3-12B (QK-norm, sliding-window layers)", .hq = 16, .hk = 8, .d = 256,
+     .rope_base = 10000.0, .qk_norm = 1},
     {.name = "tinyllama-1.1b", .model = "TinyLlama-1.1B (head_dim 64)", .hq = 32, .hk = 4, .d = 64, .rope_base = 10000.0},
     /* rope_scaling {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4,
      * "original_max_position_embeddings": 8192} */
