@@ -76,22 +76,22 @@ static int check_plan(const rp_problem *p, rp_parts parts, const rp_cuda_plan *p
     rp_cuda_plan again = *plan;
     const int complete = rp_cuda_plan_complete(p, parts, &again);
     CHECK(complete == 0 && same_plan(&again, plan),
-                   "%s: rp_cuda_plan_complete %s the plan (block %lld x %lld x %lld, %d items a thread)", what,
-                   complete ? "refuses" : "changes", (long long)gb, (long long)hy, (long long)y,
-                   plan->items_per_thread);
+          "%s: rp_cuda_plan_complete %s the plan (block %lld x %lld x %lld, %d items a thread)", what,
+          complete ? "refuses" : "changes", (long long)gb, (long long)hy, (long long)y,
+          plan->items_per_thread);
     CHECK(gb >= 1 && groups % gb == 0 && plan->chunks * gb == groups, "%s: %lld groups a block of %lld",
-                what, (long long)gb, (long long)groups);
+          what, (long long)gb, (long long)groups);
     CHECK(gb * hy * y >= 1 && gb * hy * y <= 1024 && plan->grid >= 1, "%s: block %lld x %lld x %lld, grid %u",
-                what, (long long)gb, (long long)hy, (long long)y, plan->grid);
+          what, (long long)gb, (long long)hy, (long long)y, plan->grid);
     if (c->norm && parts != RP_PARTS_SCATTER) {
         CHECK(gb == groups && gb * hy % 32 == 0, "%s: QK-norm block %lld x %lld of heads of %lld groups", what,
-                    (long long)gb, (long long)hy, (long long)groups);
+              (long long)gb, (long long)hy, (long long)groups);
         if (gb >= 2) { /* the same threads as half head rows: the tune tool's override, refused */
             rp_cuda_plan split = *plan;
             split.groups_per_block = (int)(gb / 2);
             split.heads_per_pass = (int)(hy * 2);
             CHECK(rp_cuda_plan_complete(p, parts, &split) == -1, "%s: a plan of half head rows accepted",
-                        what);
+                  what);
         }
     }
     return test_failures == before;

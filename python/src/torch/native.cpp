@@ -6,11 +6,11 @@
  */
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h> /* not pulled in by the headers below in every torch (2.11) */
+#include <c10/util/SmallVector.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/library.h>
-#include <c10/util/SmallVector.h>
 
 #include <cstring>
 #include <vector>
