@@ -19,8 +19,8 @@
 #           plan against other geometries and the in-run copy floor (its roofline)
 #   python  python -m ropepool.bench --backend cuda --profile and measure_torch_op.py --device
 #           cuda, NEW and OLD interleaved, two rounds (host time per eager call)
-# Stop 38: NEW = main + the QK-norm reduction's lanes at compile time + the CUDA native torch path;
-# next, branch gpu/qknorm-fp8 (QK-norm kernels for head_dim 128 NeoX with fp8 pools compiled).
+# Stop 39: NEW was a branch (QK-norm kernels compiled for head_dim 128 with fp8 pools, then for
+# head_dim 256), OLD main; the python step A/B-tested the operator kernel against the commit before.
 set -uo pipefail
 OUT=${OUT:-out-device}; mkdir -p $OUT
 OLD=${MAIN_TREE:-dev_main}
