@@ -11,7 +11,8 @@
  *
  * A variant is a name (plan, api, floor-empty, floor-empty-pdl, floor-chain, floor-copy) or
  * overrides of the plan: gb (groups per block), hy (heads per pass), pf (items per thread: 1, 2,
- * 4), y (tokens per block), grid (most blocks), pdl (0/1). --qk-norm gives --shape q and k weights
+ * 4), y (tokens per block), grid (most blocks), pdl (0/1), nt (QK-norm decode's build: 512 or
+ * 768 threads, kernel_args.cuh). --qk-norm gives --shape q and k weights
  * (QK-norm's kernels); its variants must keep a head's lanes in whole warps. --preset lays the
  * call out as ropepool-bench does for that preset (its RoPE variant, mRoPE positions, QK-norm,
  * MLA's q and latent cache row); --style and --rotary-dim override its (or --shape's NeoX over the
@@ -95,6 +96,7 @@ static int apply(variant *v, const rp_problem *p, const rp_cuda_plan *base)
         else if (!strcmp(key, "y")) pl->tokens_per_block = (int)val;
         else if (!strcmp(key, "grid")) grid_cap = val;
         else if (!strcmp(key, "pdl")) pl->overlap_launch = (int)val;
+        else if (!strcmp(key, "nt")) pl->norm_decode_threads = (int)val;
         else return -1;
     }
     if (!pl->vectorized)
@@ -295,7 +297,7 @@ int main(int argc, char **argv)
            kv_dtype ? (kv_dtype == RP_F8_E4M3 ? " pools fp8_e4m3" : " pools fp8_e5m2") : "",
            preset ? " preset " : "", preset ? preset->name : "", pool, sets_opt, contiguous ? "contiguous" : "random",
            rounds);
-    printf("%7s  %-28s %9s %7s  %s\n", "T", "variant", "us/call", "vs plan", "plan (gb x hy x y, chunks x head chunks, grid, pf, pdl)");
+    printf("%7s  %-28s %9s %7s  %s\n", "T", "variant", "us/call", "vs plan", "plan (gb x hy x y, chunks x head chunks, grid, pf, pdl, nt)");
     for (int t = 0; t < nT; t++) {
         const int64_t T = Ts[t];
         rp_device dev = {RP_DEVICE_CUDA, 0};
@@ -376,10 +378,10 @@ int main(int argc, char **argv)
             const rp_cuda_plan *pl = &vs[i].plan;
             char desc[128] = "";
             if (vs[i].floor < 0)
-                snprintf(desc, sizeof desc, "%s %d x %d x %d, %d x %d, %u, %d, %d",
+                snprintf(desc, sizeof desc, "%s %d x %d x %d, %d x %d, %u, %d, %d, %d",
                          pl->vectorized ? "vec" : "strided", pl->groups_per_block, pl->heads_per_pass,
                          pl->tokens_per_block, pl->chunks, pl->head_chunks, pl->grid,
-                         pl->items_per_thread, pl->overlap_launch);
+                         pl->items_per_thread, pl->overlap_launch, pl->norm_decode_threads);
             printf("%7lld  %-28s %9.3f %7.3f  %s\n", (long long)T, vs[i].spec, us, plan_us > 0 ? us / plan_us : 0.0, desc);
             tune_destroy_graph(vs[i].exec);
         }

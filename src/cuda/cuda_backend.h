@@ -36,6 +36,16 @@ typedef struct rp_cuda_state {
     rp_cuda_slot_status *host_status, *host_status_dev;
 } rp_cuda_state;
 
+/* The QK-norm decode kernel is compiled twice (decode.cu's NORM parameter: the threads a block it
+ * is compiled for; 0: no QK-norm). SHORT takes up to 128 registers a thread: its one chain of
+ * latencies is shortest so (at 80 registers Qwen3-8B ran 2.65 us at T = 1 against 2.23, 3.33
+ * against 2.29 at T = 64). RESIDENT takes 80, like the plain kernels: a multiprocessor holds 1.5
+ * times its blocks, and calls whose blocks all fit at once only so ran 11-27% faster than on the
+ * prefill kernel (Qwen3-8B at T = 200-264, 16/8/256 at T = 133-198; both on an H100,
+ * bench/results/qwen3-8b-qk-norm.md, stop 40). The plan picks one (plan.cu, norm_decode_heads);
+ * every other kernel's bound is kernel_args.cuh's rp_block_threads. */
+enum { RP_NORM_DECODE_SHORT = 512, RP_NORM_DECODE_RESIDENT = 768 };
+
 /* How a call is launched. Made by rp_cuda_make_plan, the one place where geometry is chosen. */
 typedef struct rp_cuda_plan {
     int vectorized;          /* 1: 16-byte kernel; 0: the plain strided kernel                   */
@@ -54,6 +64,9 @@ typedef struct rp_cuda_plan {
     int items_per_thread;    /* heads per thread whose loads are issued before the barrier: 1 runs
                                 the decode kernel, 2 or 4 the prefill kernel                     */
     int tokens_per_block;    /* blockDim.z: tokens sharing one block                              */
+    int norm_decode_threads; /* QK-norm decode: the build launched, RP_NORM_DECODE_SHORT or
+                                RP_NORM_DECODE_RESIDENT (its threads a block, above); 0
+                                for other kernels                                                */
     int threads_x;           /* strided kernel: threads per block                                 */
     int overlap_launch;      /* launch with programmatic stream serialization (sm_90+): the launch
                                 and index setup overlap the kernel before it on the stream; the

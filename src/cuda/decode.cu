@@ -7,7 +7,13 @@
 #include <stddef.h>
 
 /* The decode kernel: one item per thread (heads past blockDim.y are looped over after it). HALF: head_dim
- * / 2 when compiled for one head_dim, 0 for any (up to FREQ_CAP).
+ * / 2 when compiled for one head_dim, 0 for any (up to FREQ_CAP). NORM: QK-norm, compiled for
+ * RP_NORM_DECODE_SHORT or RP_NORM_DECODE_RESIDENT threads a block (cuda_backend.h), or 0. The
+ * resident build (80 registers) holds less: no float32 weights of 16-bit inputs ahead (read where
+ * used) and no loop over further heads (its plans give every head a block: grid z), without which
+ * its reduction and weights spilled 200 bytes; the short build keeps both, and with them the
+ * shortest chain (without, at 109 registers, Qwen3-8B ran 2.57 us at T = 1 against 2.24, and the
+ * plain kernel's decode 4% slower from the loop's new shape; an H100, stop 40).
  *
  * Block (x, y, z) = (frequency group, head, token): thread (g, h, y) serves group g of heads h,
  * h + blockDim.y, ... of token tile * blockDim.z + y, so no index needs a division. Grid (x, y) =
@@ -22,12 +28,13 @@
  * its item's addresses and (if it builds the table) its frequency: with programmatic dependent
  * launch that work overlaps the previous kernel, and after the wait a decode call is one chain of loads,
  * float64 sin/cos, one barrier, rotation and stores. */
-template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8, bool NORM>
-__global__ void __launch_bounds__(rp_block_threads(1, NORM))
+template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8, int NORM>
+__global__ void __launch_bounds__(NORM ? NORM : rp_block_threads(1))
 rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
 {
     typedef rp_elem<DT> E;
     constexpr int V = E::ELEMS;
+    constexpr bool RESIDENT = NORM == RP_NORM_DECODE_RESIDENT;
     constexpr size_t ELEM = sizeof(typename E::storage);
     /* [tokens][V/2][groups of the block] float4: (cos, sin) of pairs 2c and 2c + 1 of a group,
      * laid out so that a warp's consecutive groups read consecutive 16 bytes. */
@@ -93,7 +100,8 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
         rp_weight_bits w_lo, w_hi;
         int w_f32 = 0;
         const void *w = NORM ? rp_norm_weights_of(a, item.kind, &w_f32) : NULL;
-        if (NORM && w && has_item) {
+        const bool w_ahead = NORM && w && (!RESIDENT || rp_weights_are_16_bytes<DT>(w_f32));
+        if (w_ahead && has_item) {
             w_lo = rp_load_weight_bits<DT>(w, w_f32, (int)first);
             w_hi = rp_load_weight_bits<DT>(w, w_f32, (int)(first + half_bytes / (long long)ELEM));
         }
@@ -130,14 +138,16 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
             rp_norm_factor f;
             rp_norm_rstd<DT, 1, rp_head_lanes<HALF, V>()>(a, &has_item, &lo, &hi, &f);
             norm = rp_norm_of(a, item.kind, (int)first, (int)(first + half_bytes / (long long)ELEM), f, NULL);
-            norm.w_lo = &w_lo;
-            norm.w_hi = &w_hi;
+            /* the short build's pointers are constant: where they were not, its weights' loads
+             * moved to their use, after the reduction (Qwen3-8B 2.58 us at T = 1 against 2.23) */
+            norm.w_lo = RESIDENT && !w_ahead ? NULL : &w_lo;
+            norm.w_hi = RESIDENT && !w_ahead ? NULL : &w_hi;
         }
         if (has_item)
             finish_item<DT, STYLE, FP8>(a, item, rows, lo, hi, t, to_pool, block, row, half_bytes, gr.rotated, cs, GB,
                                    item.kind == RP_ITEM_V ? v_inv : k_inv, norm);
-        for (int h = my_head + head_step; NORM ? h - (int)threadIdx.y < a.heads : token_ok && h < a.heads;
-             h += head_step) {
+        for (int h = my_head + head_step;
+             NORM ? !RESIDENT && h - (int)threadIdx.y < a.heads : token_ok && h < a.heads; h += head_step) {
             const bool valid = token_ok && h < a.heads;
             const rp_item it = make_item<ELEM, FP8>(a, h, first);
             const rp_item_rows r = item_rows<ELEM, FP8>(a, it.kind);
@@ -163,15 +173,16 @@ rope_pool_decode(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
     }
 }
 
-template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8, bool NORM>
+template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8, int NORM>
 rp_kernel_fn<FREQ_CAP> rp_decode_kernel(void)
 {
     return rope_pool_decode<DT, STYLE, HALF, FREQ_CAP, FP8, NORM>;
 }
 
 #define RP_INSTANTIATE_DECODE(DT, STYLE, HALF, FREQ_CAP, FP8)                                                  \
-    template rp_kernel_fn<FREQ_CAP> rp_decode_kernel<DT, STYLE, HALF, FREQ_CAP, FP8, false>(void);
+    template rp_kernel_fn<FREQ_CAP> rp_decode_kernel<DT, STYLE, HALF, FREQ_CAP, FP8, 0>(void);
 #define RP_INSTANTIATE_DECODE_NORM(DT, STYLE, HALF, FREQ_CAP, FP8)                                             \
-    template rp_kernel_fn<FREQ_CAP> rp_decode_kernel<DT, STYLE, HALF, FREQ_CAP, FP8, true>(void);
+    template rp_kernel_fn<FREQ_CAP> rp_decode_kernel<DT, STYLE, HALF, FREQ_CAP, FP8, RP_NORM_DECODE_SHORT>(void);    \
+    template rp_kernel_fn<FREQ_CAP> rp_decode_kernel<DT, STYLE, HALF, FREQ_CAP, FP8, RP_NORM_DECODE_RESIDENT>(void);
 RP_VECTOR_VARIANTS(RP_INSTANTIATE_DECODE)
 RP_NORM_VARIANTS(RP_INSTANTIATE_DECODE_NORM)

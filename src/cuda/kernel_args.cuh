@@ -139,14 +139,12 @@ enum rp_item_kind { RP_ITEM_Q, RP_ITEM_K, RP_ITEM_V };
 
 /* Threads per block the vectorized kernels are compiled for, by items per thread (1: the decode
  * kernel; 2: the prefill kernel; 4: at most 128 registers a thread): at most 80 registers a thread
- * below 4. The QK-norm decode kernel (norm) takes 512: at 80 registers its reductions spilled about
- * 100 bytes, and a decode call is one chain of latencies. The QK-norm prefill kernel keeps 768:
- * with 4 blocks of 192 threads a multiprocessor (Qwen3-8B) against 2 at 128 registers, it ran a
- * prefill call 1.3-1.4 times faster (bench/results/qwen3-8b-qk-norm.md). The plan reads the same
- * function. */
-__host__ __device__ constexpr int rp_block_threads(int prefetch, bool norm = false)
+ * below 4. The QK-norm prefill kernel too: it ran a prefill call 1.3-1.4 times faster so than at
+ * 128 registers (4 blocks of 192 threads a multiprocessor for Qwen3-8B, against 2:
+ * bench/results/qwen3-8b-qk-norm.md). The plan reads the same function. */
+__host__ __device__ constexpr int rp_block_threads(int prefetch)
 {
-    return prefetch >= 4 || (norm && prefetch == 1) ? 512 : 768;
+    return prefetch >= 4 ? 512 : 768;
 }
 
 #endif /* RP_CUDA_KERNEL_ARGS_CUH */

@@ -41,8 +41,8 @@ template <int FREQ_CAP> using rp_kernel_fn = void (*)(rp_kernel_args<FREQ_CAP>);
  * whole-program mode), a plain host function is not.
  * STYLE: rp_rope_style. HALF: head_dim / 2 when compiled for the whole head rotating at one
  * head_dim, 0 for any head_dim and rotary_dim (frequencies up to FREQ_CAP). */
-template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8, bool NORM>
-rp_kernel_fn<FREQ_CAP> rp_decode_kernel(void);
+template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8, int NORM>
+rp_kernel_fn<FREQ_CAP> rp_decode_kernel(void); /* NORM: 0 or a build (cuda_backend.h) */
 template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8, bool NORM>
 rp_kernel_fn<FREQ_CAP> rp_prefill_kernel(void);
 template <rp_dtype DT, int FREQ_CAP> rp_kernel_fn<FREQ_CAP> rp_strided_kernel(void);

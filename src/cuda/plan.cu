@@ -13,14 +13,14 @@ enum {
      * multiprocessor; its threads then prefetch this many heads. Smaller calls give each block
      * this many frequency groups of a token. */
     LARGE_CALL_TOKENS_PER_SM = 4,
-    /* QK-norm: the decode kernel's blocks (116-128 registers) fit fewer per multiprocessor than
-     * the prefill kernel's (80 registers). It serves a call while its blocks are all resident at
-     * once (its launch bound's threads a multiprocessor), up to this many tokens a
+    /* QK-norm: the decode kernel serves a call while its blocks are all resident at once (its
+     * build's threads a multiprocessor: cuda_backend.h), up to this many tokens a
      * multiprocessor: Qwen3-8B at T = 160, three head chunks, 2.99 us against the prefill
      * kernel's 4.57; blocks that no longer all fit gained nothing (4.76), and from T = 256 the
      * prefill kernel wins (4.79 against 5.28) (bench/results/qwen3-8b-qk-norm.md); 32/4/64 at
      * T = 300 (three tokens a multiprocessor, resident): 3.14 us against 5.0 (an H100,
-     * cuda-h100-stop33-plan-ab.log). */
+     * cuda-h100-stop33-plan-ab.log). The 80-register build fits 1.5 times the blocks: Qwen3-8B at
+     * T = 256 3.98 us against the prefill kernel's 4.86 (an H100, stop 40). */
     MAX_NORM_DECODE_TOKENS_PER_SM = 3,
     LARGE_CALL_PREFETCH = RP_PREFILL_PREFETCH,
     /* Prefill: a token's heads are spread over at most this many threads (each then serves
@@ -90,9 +90,13 @@ int rp_cuda_plan_complete(const rp_problem *p, rp_parts parts, rp_cuda_plan *pla
 {
     const long long per_vector = 16 / (long long)rp_dtype_size(p->dtype), groups = p->head_dim / 2 / per_vector;
     const long long gb = plan->groups_per_block, hy = plan->heads_per_pass, y = plan->tokens_per_block;
-    const int norm = rp_has_qk_norm(p);
-    if (gb < 1 || hy < 1 || y < 1 || y > MAX_TOKENS_PER_BLOCK || groups % gb != 0 ||
-        gb * hy * y > rp_block_threads(plan->items_per_thread, norm))
+    const int norm = rp_has_qk_norm(p), norm_decode = norm && plan->items_per_thread == 1;
+    if (!norm_decode)
+        plan->norm_decode_threads = 0;
+    else if (plan->norm_decode_threads != RP_NORM_DECODE_RESIDENT)
+        plan->norm_decode_threads = RP_NORM_DECODE_SHORT;
+    const long long limit = norm_decode ? plan->norm_decode_threads : rp_block_threads(plan->items_per_thread);
+    if (gb < 1 || hy < 1 || y < 1 || y > MAX_TOKENS_PER_BLOCK || groups % gb != 0 || gb * hy * y > limit)
         return -1;
     if (norm && (gb != groups || gb * hy % 32 != 0))
         return -1; /* QK-norm reduces a head over the block's x lanes, in whole warps (qk_norm.cuh) */
@@ -102,8 +106,10 @@ int rp_cuda_plan_complete(const rp_problem *p, rp_parts parts, rp_cuda_plan *pla
         return -1;
     plan->chunks = (int)(groups / gb);
     /* QK-norm decode: chunks of hy heads a block (grid z); other kernels loop over a token's heads */
-    const long long head_chunks = norm && plan->items_per_thread == 1 ? div_up(plan->heads, hy) : 1;
-    plan->head_chunks = (int)(head_chunks < MAX_HEAD_CHUNKS ? head_chunks : (long long)MAX_HEAD_CHUNKS);
+    const long long head_chunks = norm_decode ? div_up(plan->heads, hy) : 1;
+    if (head_chunks > MAX_HEAD_CHUNKS)
+        return -1; /* that kernel serves one chunk a block, never loops over further heads (decode.cu) */
+    plan->head_chunks = (int)head_chunks;
     const long long tiles = div_up(p->num_tokens, y);
     plan->grid = (unsigned)(tiles < MAX_GRID ? tiles : MAX_GRID);
     plan->shared_bytes = parts == RP_PARTS_SCATTER ? 0 : (size_t)(staged_bytes + table_bytes);
@@ -207,11 +213,18 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
      * prefill kernel; with few heads a token, prefetch drops to 1 and the decode kernel runs). */
     const long long sms = st->num_sms > 0 ? st->num_sms : 1;
     long long norm_hy = 0; /* QK-norm decode's heads a block; 0: the prefill kernel */
+    int norm_build = RP_NORM_DECODE_SHORT;
     if (norm && T < MAX_NORM_DECODE_TOKENS_PER_SM * sms) {
-        const long long decode_limit = rp_block_threads(1, true);
-        norm_hy = norm_decode_heads(T, sms, heads, groups, decode_limit, 1);
-        if (norm_hy == 0 && T < sms) /* below a token a multiprocessor, decode even where blocks wait */
-            norm_hy = norm_decode_heads(T, sms, heads, groups, decode_limit, 0);
+        /* the short build where its blocks all fit at once, else the resident one where they do */
+        norm_hy = norm_decode_heads(T, sms, heads, groups, RP_NORM_DECODE_SHORT, 1);
+        if (norm_hy == 0) {
+            norm_build = RP_NORM_DECODE_RESIDENT;
+            norm_hy = norm_decode_heads(T, sms, heads, groups, RP_NORM_DECODE_RESIDENT, 1);
+        }
+        if (norm_hy == 0 && T < sms) { /* below a token a multiprocessor, decode even where blocks wait */
+            norm_build = RP_NORM_DECODE_SHORT;
+            norm_hy = norm_decode_heads(T, sms, heads, groups, RP_NORM_DECODE_SHORT, 0);
+        }
     }
     const int large = norm ? norm_hy == 0 : T >= LARGE_CALL_TOKENS_PER_SM * sms;
     long long gb = groups; /* a token of at most DECODE_GROUPS_PER_BLOCK groups stays in one block */
@@ -220,7 +233,7 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
     int prefetch = large ? LARGE_CALL_PREFETCH : 1;
     while (prefetch > 1 && heads * gb < (long long)prefetch * 32)
         prefetch /= 2; /* keep at least a warp of threads per token */
-    const long long limit = rp_block_threads(prefetch, norm);
+    const long long limit = norm && prefetch == 1 ? norm_build : rp_block_threads(prefetch);
     /* QK-norm: an item's chain (loads, reduction, normalisation, rotation) is long, so while one
      * wave of the call's tokens allows (below), a thread serves one head: Qwen3-8B at T = 256,
      * 4.79 us against 5.25 with two heads a thread (ropepool-tune-cuda, qwen3-8b-qk-norm.md) */
@@ -270,6 +283,7 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
     plan.heads_per_pass = (int)hy;
     plan.items_per_thread = prefetch;
     plan.tokens_per_block = (int)y;
+    plan.norm_decode_threads = norm_hy > 0 ? norm_build : 0;
     rp_cuda_plan_complete(p, parts, &plan); /* cannot refuse: the bounds above are its bounds */
     return plan;
 }

@@ -10,7 +10,7 @@
  * the wait): holding them across the barrier cost registers and 7% of the time of a prefill call
  * (bench/results/cuda-h200-tuning.md). */
 template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8, bool NORM, int PREFETCH>
-__global__ void __launch_bounds__(rp_block_threads(PREFETCH, NORM))
+__global__ void __launch_bounds__(rp_block_threads(PREFETCH))
 rope_pool_prefill(const __grid_constant__ rp_kernel_args<FREQ_CAP> a)
 {
     typedef rp_elem<DT> E;

@@ -38,7 +38,8 @@
 
 /* ELEMS weights as loaded, not yet widened: 16 bytes of the inputs' dtype, or 32 of float32 (16-bit
  * inputs). The decode kernel issues their loads early and holds the bits: widening them at once
- * made the table's sin/cos and the slot's load wait for them (bench/results/qwen3-8b-qk-norm.md). */
+ * made the table's sin/cos and the slot's load wait for them (bench/results/qwen3-8b-qk-norm.md).
+ * Its 80-register build holds only 16 bytes (rp_weights_are_16_bytes). */
 struct rp_weight_bits {
     uint4 v[2];
 };
@@ -232,6 +233,13 @@ __device__ __forceinline__ void rp_load_weights(const void *w, int f32, int firs
         return;
     }
     E::unpack(rp_load16((const typename E::storage *)w + first), v);
+}
+
+/* Whether 16 bytes hold an item's ELEMS weights (f32: the weight's dtype is float32, else the
+ * inputs'). */
+template <rp_dtype DT> __device__ __forceinline__ bool rp_weights_are_16_bytes(int f32)
+{
+    return DT == RP_F32 || !f32;
 }
 
 /* The same weights as bits, widened by rp_widen_weights where they are used (the decode kernel:

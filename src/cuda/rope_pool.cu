@@ -97,7 +97,7 @@ static cudaError_t launch(void (*kernel)(Args), dim3 grid, dim3 block, size_t sh
     return cudaLaunchKernelEx(&config, kernel, args);
 }
 
-template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8 = false, bool NORM = false>
+template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP, bool FP8 = false, int NORM = 0>
 static cudaError_t launch_vectorized(const rp_cuda_state *st, const rp_problem *p, rp_parts parts,
                                      const rp_cuda_plan *plan, cudaStream_t stream)
 {
@@ -107,7 +107,7 @@ static cudaError_t launch_vectorized(const rp_cuda_state *st, const rp_problem *
     const dim3 block((unsigned)plan->groups_per_block, (unsigned)plan->heads_per_pass,
                      (unsigned)plan->tokens_per_block);
     const rp_kernel_fn<FREQ_CAP> kernel = plan->items_per_thread >= 2
-                                              ? rp_prefill_kernel<DT, STYLE, HALF, FREQ_CAP, FP8, NORM>()
+                                              ? rp_prefill_kernel<DT, STYLE, HALF, FREQ_CAP, FP8, NORM != 0>()
                                               : rp_decode_kernel<DT, STYLE, HALF, FREQ_CAP, FP8, NORM>();
     return launch(kernel, grid, block, plan->shared_bytes, stream, plan->overlap_launch, a);
 }
@@ -122,13 +122,18 @@ static cudaError_t launch_strided(const rp_cuda_state *st, const rp_problem *p, 
                   plan->overlap_launch, a);
 }
 
-/* A QK-norm variant, with fp8 pools or without (kernels.cuh compiles both for each geometry). */
+/* A QK-norm variant, with fp8 pools or without (kernels.cuh compiles both for each geometry), and
+ * the plan's build of the decode kernel (the prefill kernel has one). */
 template <rp_dtype DT, int STYLE, int HALF, int FREQ_CAP>
 static cudaError_t launch_norm(bool fp8, const rp_cuda_state *st, const rp_problem *p, rp_parts parts,
                                const rp_cuda_plan *plan, cudaStream_t stream)
 {
-    return fp8 ? launch_vectorized<DT, STYLE, HALF, FREQ_CAP, true, true>(st, p, parts, plan, stream)
-               : launch_vectorized<DT, STYLE, HALF, FREQ_CAP, false, true>(st, p, parts, plan, stream);
+    enum { SHORT = RP_NORM_DECODE_SHORT, RESIDENT = RP_NORM_DECODE_RESIDENT };
+    if (plan->norm_decode_threads == RESIDENT)
+        return fp8 ? launch_vectorized<DT, STYLE, HALF, FREQ_CAP, true, RESIDENT>(st, p, parts, plan, stream)
+                   : launch_vectorized<DT, STYLE, HALF, FREQ_CAP, false, RESIDENT>(st, p, parts, plan, stream);
+    return fp8 ? launch_vectorized<DT, STYLE, HALF, FREQ_CAP, true, SHORT>(st, p, parts, plan, stream)
+               : launch_vectorized<DT, STYLE, HALF, FREQ_CAP, false, SHORT>(st, p, parts, plan, stream);
 }
 
 /* The variants of kernels.cuh: either style over the whole head, without mRoPE, gets head_dim as a compile-time constant

@@ -60,7 +60,8 @@ static int same_plan(const rp_cuda_plan *x, const rp_cuda_plan *y)
            x->heads == y->heads && x->v_pieces == y->v_pieces && x->heads_per_pass == y->heads_per_pass &&
            x->head_chunks == y->head_chunks && x->items_per_thread == y->items_per_thread &&
            x->tokens_per_block == y->tokens_per_block && x->threads_x == y->threads_x &&
-           x->overlap_launch == y->overlap_launch && x->grid == y->grid && x->shared_bytes == y->shared_bytes;
+           x->overlap_launch == y->overlap_launch && x->grid == y->grid && x->shared_bytes == y->shared_bytes &&
+           x->norm_decode_threads == y->norm_decode_threads;
 }
 
 /* The checks above for one plan; returns 1 when they hold. */
@@ -83,6 +84,16 @@ static int check_plan(const rp_problem *p, rp_parts parts, const rp_cuda_plan *p
           what, (long long)gb, (long long)groups);
     CHECK(gb * hy * y >= 1 && gb * hy * y <= 1024 && plan->grid >= 1, "%s: block %lld x %lld x %lld, grid %u",
           what, (long long)gb, (long long)hy, (long long)y, plan->grid);
+    const int norm_decode = c->norm && plan->items_per_thread == 1;
+    CHECK(norm_decode ? (plan->norm_decode_threads == RP_NORM_DECODE_SHORT ||
+                         plan->norm_decode_threads == RP_NORM_DECODE_RESIDENT) &&
+                            gb * hy * y <= plan->norm_decode_threads
+                      : plan->norm_decode_threads == 0,
+          "%s: QK-norm decode build %d for a block of %lld threads", what, plan->norm_decode_threads,
+          (long long)(gb * hy * y));
+    if (norm_decode) /* that kernel never loops over further heads (decode.cu) */
+        CHECK((int64_t)plan->head_chunks * hy >= plan->heads, "%s: %d head chunks of %lld heads for %d", what,
+              plan->head_chunks, (long long)hy, plan->heads);
     if (c->norm && parts != RP_PARTS_SCATTER) {
         CHECK(gb == groups && gb * hy % 32 == 0, "%s: QK-norm block %lld x %lld of heads of %lld groups", what,
               (long long)gb, (long long)hy, (long long)groups);
