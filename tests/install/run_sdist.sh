@@ -2,7 +2,9 @@
 # The Python package as a release makes it: an sdist of the repository (python -m build), a wheel
 # built from that sdist alone (pip wheel: only what the sdist holds is there), installed apart
 # from the tree and called. No network: both builds use the test venv's scikit-build-core. The
-# CUDA backend is left out (the same CMake builds it in the main build, where its tests run).
+# CUDA backend is left out (the same CMake builds it in the main build, where its tests run); on a
+# GPU machine, check_installed.py also takes frameworks to call the CUDA wheel with
+# (bench/results/cuda-h100-stop40-sdist-wheel.log).
 set -euo pipefail
 python=$1 source=$2 work=$3
 rm -rf "$work" && mkdir -p "$work"
