@@ -156,8 +156,44 @@ static void test_plans_launch_as_made(void)
     printf("  %lld plans checked\n", plans);
 }
 
+/* Which QK-norm decode build the plan takes (cuda_backend.h), for Qwen3-8B's heads (48 items of 8
+ * lanes a token: three blocks of 128 threads): the short one while its blocks all fit at once (4
+ * a multiprocessor at 128 registers: to 4/3 tokens a multiprocessor), the resident one where only
+ * its blocks do (6 at 80 registers: to 2), the prefill kernel past that; with fp8 pools too. */
+static void test_norm_decode_builds(void)
+{
+    static const plan_case cases[] = {{32, 8, 128, RP_ROPE_NEOX, 0, 0, 1}, {32, 8, 128, RP_ROPE_NEOX, 0, 1, 1}};
+    static const int sms[4] = {132, 108, 58, 16};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fixture f;
+        void *extra = NULL;
+        rp_problem p;
+        if (!make_problem(&cases[i], RP_BF16, &f, &extra, &p))
+            continue;
+        for (int s = 0; s < 4; s++) {
+            rp_cuda_state st;
+            memset(&st, 0, sizeof st);
+            st.num_sms = sms[s];
+            st.compute_capability = 90;
+            const int64_t Ts[4] = {1, 4 * sms[s] / 3, 2 * sms[s], 2 * sms[s] + 1};
+            const int want[4] = {RP_NORM_DECODE_SHORT, RP_NORM_DECODE_SHORT, RP_NORM_DECODE_RESIDENT, 0};
+            for (int t = 0; t < 4; t++) {
+                p.num_tokens = Ts[t];
+                const rp_cuda_plan plan = rp_cuda_make_plan(&st, &p, RP_PARTS_ALL);
+                CHECK(plan.norm_decode_threads == want[t] && (want[t] != 0) == (plan.items_per_thread == 1),
+                      "32/8/128%s, %d SMs, T = %lld: build %d, %d items a thread (want build %d)",
+                      cases[i].fp8 ? " fp8" : "", sms[s], (long long)Ts[t], plan.norm_decode_threads,
+                      plan.items_per_thread, want[t]);
+            }
+        }
+        free(extra);
+        fixture_free(&f);
+    }
+}
+
 int main(void)
 {
     RUN(test_plans_launch_as_made);
+    RUN(test_norm_decode_builds);
     return test_summary("cuda_plan");
 }

@@ -189,6 +189,24 @@ static void test_normalised_variants_and_fp8_pools(void)
                          1 + (i + d) % 2, &same, &total);
 }
 
+/* The decode kernel's resident build (80 registers, cuda_backend.h), which the plan takes where only
+ * its blocks all fit at once: Qwen3-8B's heads at two tokens a multiprocessor (test_cuda_plan
+ * checks that choice), every dtype, float32 weights of 16-bit inputs (which it reads at use), fp8
+ * pools of both formats, GPT-J pairs; heads of 256 at 1.5 tokens a multiprocessor. */
+static void test_resident_decode_build(void)
+{
+    int sms = 0;
+    CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    int64_t same = 0, total = 0;
+    for (int d = 0; d < 3; d++)
+        for (int i = 0; i < 2; i++)
+            run_case(2 * sms, 32, 8, 128, dtypes[d], i ? RP_F32 : dtypes[d], NORM_BOTH, (double)i, NULL,
+                     (i + d) % 3, &same, &total);
+    run_case(2 * sms, 32, 8, 128, RP_BF16, RP_BF16, NORM_BOTH, 0.0, NULL, 0, &same, &total); /* Qwen3-8B's own */
+    run_case(2 * sms, 32, 8, 128, RP_BF16, RP_BF16, NORM_K, 0.0, &test_variants[1], 0, &same, &total);
+    run_case(3 * sms / 2, 16, 8, 256, RP_BF16, RP_F32, NORM_BOTH, 1.0, NULL, 1, &same, &total);
+}
+
 /* Values, weights, offsets and eps outside the float32 path's range take the float64 paths, within
  * the same bound: heads of 1e35 and 1e-20, a lane of 1e-30, all-zero heads with eps 1e-300 (rstd
  * 1e150), an offset of 1e30 (not a float32); weights times 2^60 (the float32 path's large
@@ -266,6 +284,7 @@ int main(void)
     ctx = cuda_test_context(0);
     RUN(test_normalised_calls_match_float64_and_the_cpu);
     RUN(test_normalised_variants_and_fp8_pools);
+    RUN(test_resident_decode_build);
     RUN(test_extreme_magnitudes_within_bound);
     RUN(test_weights_off_16_byte_boundaries);
     RUN(test_unvectorizable_normalised_call_is_refused);
