@@ -12,7 +12,7 @@
  * A variant is a name (plan, api, floor-empty, floor-empty-pdl, floor-chain, floor-copy) or
  * overrides of the plan: gb (groups per block), hy (heads per pass), pf (items per thread: 1, 2,
  * 4), y (tokens per block), grid (most blocks), pdl (0/1), nt (QK-norm decode's build: 512 or
- * 768 threads, kernel_args.cuh). --qk-norm gives --shape q and k weights
+ * 768 threads, cuda_backend.h). --qk-norm gives --shape q and k weights
  * (QK-norm's kernels); its variants must keep a head's lanes in whole warps. --preset lays the
  * call out as ropepool-bench does for that preset (its RoPE variant, mRoPE positions, QK-norm,
  * MLA's q and latent cache row); --style and --rotary-dim override its (or --shape's NeoX over the
