@@ -12,7 +12,7 @@
  * resident build (80 registers) holds less: no float32 weights of 16-bit inputs ahead (read where
  * used) and no loop over further heads (its plans give every head a block: grid z), without which
  * its reduction and weights spilled 200 bytes; the short build keeps both, and with them the
- * shortest chain (without, at 109 registers, Qwen3-8B ran 2.57 us at T = 1 against 2.24, and the
+ * shortest chain (without, at 108 registers, Qwen3-8B ran 2.57 us at T = 1 against 2.24, and the
  * plain kernel's decode 4% slower from the loop's new shape; an H100, stop 40).
  *
  * Block (x, y, z) = (frequency group, head, token): thread (g, h, y) serves group g of heads h,
