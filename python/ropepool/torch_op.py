@@ -171,6 +171,22 @@ def _scale_tensor(scale):
     return None if scale == 1.0 else torch.tensor(float(scale), dtype=torch.float64)
 
 
+# The operator's schema turns 0 and 1 given for a bool into bools, and a bool given for a number
+# into that number; the direct call refuses both (is_neox=0, rope_base=True are mistakes), and so
+# does call_op, so that a call refused in eager mode is refused compiled.
+def _is_bool(value):
+    return isinstance(value, bool) or type(value).__name__ in ("bool_", "bool")
+
+
+def _refuse_mixed_bools(flags, numbers):
+    for name, value in flags.items():
+        if not _is_bool(value):
+            raise _ropepool.RopePoolError(f"{name} must be True or False, got {value!r}")
+    for name, value in numbers.items():
+        if _is_bool(value):
+            raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+
+
 def call_op(q, k, v, positions, slots, k_pool, v_pool, *, head_dim, num_qo_heads, num_kv_heads,
             rope_base, threads=None, checked=False, is_neox=True, rotary_dim=None, inv_freq=None,
             attention_scaling=1.0, kv_layout="flat", kv_cache_dtype="auto", k_scale=1.0,
@@ -178,6 +194,11 @@ def call_op(q, k, v, positions, slots, k_pool, v_pool, *, head_dim, num_qo_heads
             k_norm_weight=None, norm_eps=None, norm_weight_offset=0.0, q_out=None, k_out=None):
     """``ropepool.rope_pool_fused`` through the operator: same arguments, same results
     ``(q_rot, k_rot, k_pool, v_pool)``. What Dynamo traces in place of the C call."""
+    _refuse_mixed_bools(
+        dict(checked=checked, is_neox=is_neox, mrope_interleaved=mrope_interleaved),
+        dict(head_dim=head_dim, num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, rope_base=rope_base,
+             threads=threads, rotary_dim=rotary_dim, attention_scaling=attention_scaling, k_scale=k_scale,
+             v_scale=v_scale, v_head_dim=v_head_dim, norm_eps=norm_eps, norm_weight_offset=norm_weight_offset))
     if inv_freq is not None and not isinstance(inv_freq, torch.Tensor):
         inv_freq = torch.as_tensor(inv_freq, dtype=torch.float64)
     k_scale, v_scale = _scale_tensor(k_scale), _scale_tensor(v_scale)

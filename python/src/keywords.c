@@ -15,9 +15,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* True, False or a numpy.bool_: never a number here (rope_base=True would silently mean 1.0). */
+static int is_bool(PyObject *obj)
+{
+    const char *type = Py_TYPE(obj)->tp_name;
+    return PyBool_Check(obj) || strcmp(type, "numpy.bool") == 0 || strcmp(type, "numpy.bool_") == 0;
+}
+
 int rpy_integer(PyObject *obj, const char *name, long long lo, long long hi, long long *out)
 {
-    if (!PyIndex_Check(obj)) {
+    if (!PyIndex_Check(obj) || is_bool(obj)) {
         PyErr_Format(PyExc_TypeError, "%s must be an int, got %.200s", name, Py_TYPE(obj)->tp_name);
         return -1;
     }
@@ -52,6 +59,10 @@ static PyObject *short_repr(PyObject *obj)
 
 int rpy_float(PyObject *obj, const char *name, double *out)
 {
+    if (is_bool(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a number, got %.200s", name, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
     *out = PyFloat_AsDouble(obj);
     if (*out != -1.0 || !PyErr_Occurred())
         return 0;
@@ -72,8 +83,7 @@ int rpy_float(PyObject *obj, const char *name, double *out)
  * *truth, -1 with a RopePoolError telling what the argument means. */
 int rpy_strict_bool(PyObject *obj, const char *name, const char *meaning, int *truth)
 {
-    const char *type = Py_TYPE(obj)->tp_name;
-    if (!PyBool_Check(obj) && strcmp(type, "numpy.bool") != 0 && strcmp(type, "numpy.bool_") != 0)
+    if (!is_bool(obj))
         return rpy_refuse("%s must be %s, got %R", name, meaning, obj);
     return (*truth = PyObject_IsTrue(obj)) < 0 ? -1 : 0;
 }

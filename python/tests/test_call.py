@@ -11,7 +11,7 @@ import threading
 import numpy as np
 import pytest
 
-from helpers import Problem, check_call, expect_refusal
+from helpers import Problem, assert_unchanged, check_call, expect_refusal
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -94,6 +94,19 @@ def test_configuration_of_the_wrong_python_type_is_named(ropepool, np_fw):
         p.call(ropepool, rope_base="500000")
     with pytest.raises(ValueError, match=r"head_dim = 340282366920938463463374607431768211456 is out of range"):
         p.call(ropepool, head_dim=2**128)
+
+
+@pytest.mark.parametrize("name", ["num_qo_heads", "rope_base", "threads", "attention_scaling", "rotary_dim"])
+@pytest.mark.parametrize("flag", [True, np.True_])
+def test_a_bool_is_not_a_number(ropepool, np_fw, name, flag):
+    """bool is an int in Python: rope_base=True would otherwise run with rope_base 1 (every
+    frequency 1), silently. Refused like any other type that is not a number, nothing written."""
+    p = Problem(np_fw)
+    before = p.snapshot()
+    kind = "an int" if name in ("num_qo_heads", "threads", "rotary_dim") else "a number"
+    with pytest.raises(TypeError, match=f"{name} must be {kind}, got (bool|numpy.bool)"):
+        p.call(ropepool, **{name: flag})
+    assert_unchanged(p, before)
 
 
 # ---- what comes back -----------------------------------------------------------------------------

@@ -116,6 +116,25 @@ def test_operator_refusal_is_the_librarys_and_writes_nothing(ropepool, device):
         assert (old == p.fw.bits(x)).all()
 
 
+@pytest.mark.parametrize("given", [dict(is_neox=0), dict(mrope_interleaved=1), dict(checked=0),
+                                   dict(rope_base=True), dict(num_qo_heads=True), dict(attention_scaling=True)])
+def test_compiled_path_refuses_mixed_bools_as_eager_does(ropepool, given):
+    """torch's schema turns 0 into False and True into 1.0; the direct call refuses both, and so does
+    call_op (what Dynamo traces), before the operator: nothing written."""
+    from ropepool import torch_op
+
+    p = problem("cpu")
+    before = p.snapshot()
+    (name, value), = given.items()
+    error = TypeError if name in ("rope_base", "num_qo_heads", "attention_scaling") else ropepool.RopePoolError
+    with pytest.raises(error, match=name):
+        ropepool.rope_pool_fused(*p.arrays(), **p.kwargs(**given))
+    with pytest.raises(error, match=f"{name} must be"):
+        torch_op.call_op(*p.arrays(), **p.kwargs(**given))
+    for old, x in zip(before, p.arrays()):
+        assert (old == p.fw.bits(x)).all()
+
+
 NATIVE_BUILT = importlib.util.find_spec("ropepool._ropepool_torch") is not None
 
 
