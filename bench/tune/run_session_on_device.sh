@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # On the device machine (the lent H200), from a copy of this tree: one call that builds for sm_90a
 # with the Python package, runs every CUDA test suite, then times what the open issues ask for
-# (STEPS, default all: tests shapes mrope mla qknorm engine python). Every step has its own time limit
+# (STEPS, default all: tests shapes mrope mla qknorm engine python; also variants, paged). With
+# REQUIRE=H200 it stops at once on any other GPU (the tool often lends an H100 for an H200 request,
+# and these figures are the H200's). Every step has its own time limit
 # and writes its log to $OUT (the device tool's folder; OUT=somewhere elsewhere), so a step that
 # runs long costs only itself. bench/results/cuda-h200-mla-engine.md quotes these logs with the
 # commands. The whole script takes about 9 minutes; name fewer STEPS to fit a call's limit.
@@ -12,6 +14,9 @@ STEPS=${STEPS:-"tests shapes mrope mla qknorm engine python"}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 { python3 -c "import sys, torch, numpy; print(sys.version.split()[0], 'torch', torch.__version__, 'numpy', numpy.__version__)"
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.mem --format=csv,noheader; git log -1 --format=%h 2>/dev/null; } > $OUT/env.txt 2>&1
+if [ -n "${REQUIRE:-}" ] && ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q "$REQUIRE"; then
+  echo "not an $REQUIRE: $(nvidia-smi --query-gpu=name --format=csv,noheader)"; exit 0
+fi
 t0=$(date +%s)
 cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DROPEPOOL_CUDA_ARCHITECTURES=90a-real \
       -DPython3_EXECUTABLE=$(command -v python3) > $OUT/build.log 2>&1 || { tail -20 $OUT/build.log; exit 1; }
@@ -43,6 +48,21 @@ if has mla; then
       echo "== preset $p ${pools:-flat} (cold)"; $R --preset $p $pools -T 1,16,64,256,1024,4096,16384,65536 --no-unfused
     done
     echo "== preset $p flat (hot)"; $R --preset $p --sets 1 -T 1,16,64,256,1024,4096 --no-unfused
+  done
+fi
+if has variants; then  # issue 9: GPT-J and partial rotary against NeoX, hot, as FlashInfer's figures were taken
+  H="--sets 1 --no-unfused -T 1,64,1024,4096,16384"
+  for S in 32/8/128 16/8/256 32/4/64; do
+    D=${S##*/}
+    for v in "--style neox" "--style gptj" "--rotary-dim $((D / 2))"; do echo "== $S $v (hot)"; $R --shape $S $v $H; done
+  done
+fi
+if has paged; then    # issue 17: NHD block 16 against flat, hot to T = 1024 and cold
+  for S in 32/8/128 16/8/256 32/4/64; do
+    for L in "" "--kv-layout NHD --block-size 16"; do
+      echo "== $S ${L:-flat} (hot)"; $R --shape $S $L --sets 1 --no-unfused -T 1,16,64,256,1024
+      echo "== $S ${L:-flat} (cold)"; $R --shape $S $L --no-unfused -T 64,256,1024,4096,16384
+    done
   done
 fi
 if has qknorm; then

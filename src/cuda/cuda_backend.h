@@ -72,6 +72,9 @@ typedef struct rp_cuda_plan {
                                 and index setup overlap the kernel before it on the stream; the
                                 kernel waits for that kernel's completion before touching memory */
     unsigned int grid;       /* blocks (gridDim.x)                                                */
+    int wave_sms;            /* decode kernel without QK-norm: the multiprocessors whose one wave
+                                of resident blocks caps grid (each block then loops over tokens);
+                                0: a block for every token tile (rp_cuda_plan_complete)          */
     size_t shared_bytes;     /* vectorized: the (token, frequency) cos/sin table                  */
 } rp_cuda_plan;
 
@@ -85,7 +88,7 @@ extern "C" {
 rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_parts parts);
 
 /* The rest of a vectorized plan from its block (groups_per_block, heads_per_pass,
- * tokens_per_block) and items_per_thread: chunks, grid and shared memory. 0, or -1 when that
+ * tokens_per_block), items_per_thread and wave_sms: chunks, grid and shared memory. 0, or -1 when that
  * block cannot launch. rp_cuda_make_plan ends here, and ropepool-tune-cuda's overrides go
  * through it, so both size a launch the same way. */
 int rp_cuda_plan_complete(const rp_problem *p, rp_parts parts, rp_cuda_plan *plan);

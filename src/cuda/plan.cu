@@ -42,6 +42,13 @@ enum {
      * 16-bit) in one block ran 4-27% faster than two blocks of two at T = 1-256 on 32/4/64, 8/1/64
      * and MLA at TP 8 (plan-h200.md). */
     DECODE_GROUPS_PER_BLOCK = 4,
+    /* A decode call of at least one and a half waves of blocks (wave_sms; a wave is 2 tokens a
+     * multiprocessor for Llama-3-8B's heads, 1.5 for 16/8/256, 1 for 64/8/128 or MLA's 137 heads)
+     * launches only one wave, each block looping over tokens: 10-28% faster at T = 200-512 with
+     * the inputs in L2, 17% faster to 2% slower cold (an H100, bench/results/cuda-h100-stop41-decode-wave.md). Just
+     * past one wave the hardware's scheduler, which hands the few extra tokens to whichever
+     * blocks finish first, ran cold calls 3-11% faster than blocks that each loop (5-10% slower
+     * hot). */
     /* QK-norm decode: a token's heads are split over blocks of at least this many threads (grid
      * z), so that its long chain of instructions (680 a warp for Qwen3-8B at T = 1, against 404
      * without norm: cuda-h200-stop29-ncu.txt) runs on several multiprocessors instead of one. */
@@ -112,6 +119,13 @@ int rp_cuda_plan_complete(const rp_problem *p, rp_parts parts, rp_cuda_plan *pla
     plan->head_chunks = (int)head_chunks;
     const long long tiles = div_up(p->num_tokens, y);
     plan->grid = (unsigned)(tiles < MAX_GRID ? tiles : MAX_GRID);
+    if (plan->wave_sms > 0 && plan->items_per_thread == 1 && !norm) {
+        /* one wave: the blocks a multiprocessor holds at the launch bound's threads, in whole warps */
+        const long long per_sm = limit / 32 / div_up(gb * hy * y, 32), wave = plan->wave_sms * (per_sm > 1 ? per_sm : 1);
+        const long long most = wave / (plan->chunks * head_chunks);
+        if (most >= 1 && 2 * tiles * plan->chunks * head_chunks >= 3 * wave)
+            plan->grid = (unsigned)most;
+    }
     plan->shared_bytes = parts == RP_PARTS_SCATTER ? 0 : (size_t)(staged_bytes + table_bytes);
     return 0;
 }
@@ -284,6 +298,7 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
     plan.items_per_thread = prefetch;
     plan.tokens_per_block = (int)y;
     plan.norm_decode_threads = norm_hy > 0 ? norm_build : 0;
+    plan.wave_sms = !large && !norm ? (int)sms : 0;
     rp_cuda_plan_complete(p, parts, &plan); /* cannot refuse: the bounds above are its bounds */
     return plan;
 }

@@ -8,6 +8,8 @@
  *    unchanged (make_plan does not look at its answer: "cannot refuse"), so it launches within
  *    the kernels' launch bounds and shared memory;
  *  - a token's frequency groups are split into whole blocks, a block is 1 to 1024 threads;
+ *  - a decode plan of 1.5 waves of blocks or more launches one wave, all resident at once
+ *    (wave_sms), and no other plan is capped so;
  *  - QK-norm plans give each head's reduction whole head rows in whole warps (qk_norm.cuh), and
  *    a tuned plan that splits head rows is refused (it would reduce half a head);
  *  - the calls chosen here all take the vectorized kernels.
@@ -91,6 +93,17 @@ static int check_plan(const rp_problem *p, rp_parts parts, const rp_cuda_plan *p
                       : plan->norm_decode_threads == 0,
           "%s: QK-norm decode build %d for a block of %lld threads", what, plan->norm_decode_threads,
           (long long)(gb * hy * y));
+    const int decode = plan->items_per_thread == 1 && !c->norm;
+    CHECK(plan->wave_sms == 0 || decode, "%s: a wave cap (%d SMs) on a plan of %d items a thread%s", what,
+          plan->wave_sms, plan->items_per_thread, c->norm ? " with QK-norm" : "");
+    if (plan->wave_sms > 0) { /* from 1.5 waves, one wave: every block resident (768 threads an SM) */
+        const int64_t per_block = (int64_t)plan->chunks * plan->head_chunks;
+        const int64_t wave = plan->wave_sms * (768 / 32 / ((gb * hy * y + 31) / 32));
+        const int64_t tiles = (p->num_tokens + y - 1) / y;
+        const int64_t want = 2 * tiles * per_block >= 3 * wave && wave >= per_block ? wave / per_block : tiles;
+        CHECK(plan->grid == want, "%s: grid %u for %lld tiles of %lld blocks, a wave of %lld (want %lld)", what,
+              plan->grid, (long long)tiles, (long long)per_block, (long long)wave, (long long)want);
+    }
     if (norm_decode) /* that kernel never loops over further heads (decode.cu) */
         CHECK((int64_t)plan->head_chunks * hy >= plan->heads, "%s: %d head chunks of %lld heads for %d", what,
               plan->head_chunks, (long long)hy, plan->heads);
@@ -191,9 +204,55 @@ static void test_norm_decode_builds(void)
     }
 }
 
+/* Decode calls of 1.5 waves of blocks or more launch one, its blocks looping over tokens. On 132
+ * multiprocessors, at 768 threads each in whole warps: 4 blocks of 192 threads for 32/8/128 (two
+ * a token: 264 tokens at once), 6 of 128 for 16/8/256 (four a token: 198), 2 of 320 for 64/8/128
+ * (two a token: 132), 1 of 520 for 128/1/64 (130 heads of 4 groups: 132), 4 of 160 for 32/4/64
+ * (one a token: 528, more than T = 400). */
+static void test_decode_waves(void)
+{
+    static const struct {
+        plan_case c;
+        int64_t grid_at_400;
+    } cases[] = {
+        {{32, 8, 128, RP_ROPE_NEOX, 0, 0, 0}, 264},
+        {{16, 8, 256, RP_ROPE_NEOX, 0, 0, 0}, 198},
+        {{64, 8, 128, RP_ROPE_NEOX, 0, 0, 0}, 132},
+        {{128, 1, 64, RP_ROPE_GPTJ, 0, 0, 0}, 132},
+        {{32, 8, 128, RP_ROPE_NEOX, 0, 1, 0}, 264},
+        {{32, 4, 64, RP_ROPE_NEOX, 0, 0, 0}, 400}, /* 4 blocks of 160 threads: 528 tokens at once */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fixture f;
+        void *extra = NULL;
+        rp_problem p;
+        if (!make_problem(&cases[i].c, RP_BF16, &f, &extra, &p))
+            continue;
+        rp_cuda_state st;
+        memset(&st, 0, sizeof st);
+        st.num_sms = 132;
+        st.compute_capability = 90;
+        const int64_t Ts[3] = {1, 100, 400};
+        for (int t = 0; t < 3; t++) {
+            p.num_tokens = Ts[t];
+            const rp_cuda_plan plan = rp_cuda_make_plan(&st, &p, RP_PARTS_ALL);
+            const int64_t want = t == 2 ? cases[i].grid_at_400 : Ts[t];
+            CHECK(plan.items_per_thread == 1 && plan.tokens_per_block == 1 && plan.wave_sms == 132 &&
+                      plan.grid == want,
+                  "%lld/%lld/%lld%s, T = %lld: grid %u, %d items a thread, wave of %d SMs (want grid %lld)",
+                  (long long)cases[i].c.Hq, (long long)cases[i].c.Hk, (long long)cases[i].c.D,
+                  cases[i].c.fp8 ? " fp8" : "", (long long)Ts[t], plan.grid, plan.items_per_thread, plan.wave_sms,
+                  (long long)want);
+        }
+        free(extra);
+        fixture_free(&f);
+    }
+}
+
 int main(void)
 {
     RUN(test_plans_launch_as_made);
     RUN(test_norm_decode_builds);
+    RUN(test_decode_waves);
     return test_summary("cuda_plan");
 }
