@@ -71,14 +71,26 @@ _KV_CACHE_DTYPES = {"auto": 0, "fp8_e4m3": 14, "fp8": 14, "fp8_e5m2": 15}
 _context_ready = False
 
 
-def _integer(name, value, zero_refused=None, none_means="head_dim", least=1):
+def _is_bool(value):
+    """True, False or a numpy.bool_: never a number here (rope_base=True would silently mean 1.0),
+    as in the NumPy call."""
+    return isinstance(value, (bool, np.bool_))
+
+
+def _type_name(value):
+    """A type's name as the NumPy call's message gives it (C's tp_name: numpy.bool, float)."""
+    kind = type(value)
+    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
+
+
+def _integer(name, value, zero_refused=None, none_means="head_dim", least=1, bits=64):
     """None (the library's 0: its default) or an int; every range check is the library's, except
     that an explicit 0 is refused where the library would read it as "not set" (rotary_dim,
     v_head_dim): None is that default here, so 0 is a value the call cannot honour. So is any
     value below `least` there, whose library message would offer C's 0 as the default."""
     if value is None:
         return 0
-    value = _config_integer(name, value)
+    value = _config_integer(name, value, bits)
     if value < least and zero_refused:
         raise RopePoolError(f"{name} must be {zero_refused} (None = {none_means}), got {value}")
     return value
@@ -91,21 +103,34 @@ def _number(name, value):
     if size != 1:
         raise RopePoolError(f"{name} must be a number or a one-element array, got {size} elements")
     try:
-        if isinstance(value, (str, bytes)):
+        if isinstance(value, (str, bytes)) or _is_bool(value):
             raise TypeError
         if hasattr(value, "item") and not isinstance(value, (int, float)):
             value = value.item()  # a one-element array: NumPy 2 no longer converts 1-D ones with float()
+            if _is_bool(value):
+                raise TypeError
         return float(value)
     except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}") from None
+        raise TypeError(f"{name} must be a number, got {_type_name(value)}") from None
+    except OverflowError:  # an int past float64's range, as the NumPy call words it
+        text = repr(value)
+        text = text if len(text) <= 40 else f"{text[:16]}... ({len(text)} characters)"
+        raise RopePoolError(f"{name} must be a positive finite number, got {text}, too large for a float64") from None
 
 
-def _config_integer(name, value):
-    """An int (NumPy's too: head_dim, num_qo_heads, ...); the library checks the value."""
+def _config_integer(name, value, bits=64):
+    """An int (NumPy's too: head_dim, num_qo_heads, ...) that the extension's C type holds; the
+    library checks the value."""
     try:
-        return operator.index(value)
+        if _is_bool(value):
+            raise TypeError
+        value = operator.index(value)
     except TypeError:
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
+        raise TypeError(f"{name} must be an int, got {_type_name(value)}") from None
+    lo, hi = -2 ** (bits - 1), 2 ** (bits - 1) - 1
+    if not lo <= value <= hi:
+        raise RopePoolError(f"{name} = {value} is out of range [{lo}, {hi}]")
+    return value
 
 
 def _scale(name, value):
@@ -118,7 +143,7 @@ def _scale(name, value):
 
 
 def _style(is_neox):
-    if not isinstance(is_neox, (bool, np.bool_)):  # a truthy string or list is a mistake, not a choice
+    if not _is_bool(is_neox):  # a truthy string or list is a mistake, not a choice
         raise RopePoolError(f"is_neox must be True (NeoX rotate-half) or False (GPT-J interleaved), got {is_neox!r}")
     return 0 if is_neox else 1  # rp_rope_style
 
@@ -148,12 +173,12 @@ def _frequencies(inv_freq, rotary_dim, head_dim):
 def _mrope(section, interleaved):
     """rp_rope_pool_args.mrope_section and .mrope_interleaved (the library checks the values). The
     library reads an all-zero section as "no mRoPE", which None is here: [0, 0, 0] is refused."""
-    if not isinstance(interleaved, (bool, np.bool_)):
+    if not _is_bool(interleaved):
         raise RopePoolError(f"mrope_interleaved must be True (Qwen3-VL's interleaved rule) or False, got {interleaved!r}")
     if section is None:
         return [0, 0, 0], int(interleaved)
     try:
-        entries = [operator.index(x) for x in section]
+        entries = [operator.index(x) for x in section if not _is_bool(x)]
     except TypeError:
         entries = None
     if entries is None or len(entries) != 3:
@@ -290,7 +315,7 @@ def rope_pool_fused(
         _scale("v_scale", v_scale),
         section,
         interleaved,
-        _integer("threads", threads, zero_refused=">= 1", none_means="ROPEPOOL_NUM_THREADS"),
+        _integer("threads", threads, zero_refused=">= 1", none_means="ROPEPOOL_NUM_THREADS", bits=32),
         stream,
     )
 

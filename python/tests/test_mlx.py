@@ -10,6 +10,8 @@ import inspect
 import math
 import types
 
+import re
+
 import numpy as np
 import pytest
 
@@ -257,6 +259,11 @@ def test_mlx_only_refusals_name_the_keyword(mlx_fw):
     (dict(num_kv_heads=None), "num_kv_heads must be an int, got NoneType"),
     (dict(rope_base="1e4"), "rope_base must be a number, got str"),
     (dict(attention_scaling=None), "attention_scaling must be a number, got NoneType"),
+    (dict(rope_base=True), "rope_base must be a number, got bool"),
+    (dict(head_dim=True), "head_dim must be an int, got bool"),
+    (dict(attention_scaling=np.True_), f"attention_scaling must be a number, got numpy.{type(np.True_).__name__}"),
+    (dict(k_scale=True), "k_scale must be a number, got bool"),
+    (dict(threads=True), "threads must be an int, got bool"),
 ])
 def test_configuration_of_the_wrong_type_is_named_as_numpys_call_names_it(mlx_fw, kwargs, message):
     """The NumPy call's TypeError and text, not the extension's list of its overloads."""
@@ -268,6 +275,22 @@ def test_configuration_of_the_wrong_type_is_named_as_numpys_call_names_it(mlx_fw
     with pytest.raises(TypeError) as numpy_info:
         Problem(helpers.make_framework("numpy")).call(ropepool, **kwargs)
     assert str(numpy_info.value) == message
+    helpers.assert_unchanged(p, before)
+
+
+@pytest.mark.parametrize("kwargs", [dict(head_dim=2**63), dict(num_qo_heads=-2**63 - 1), dict(rotary_dim=2**64),
+                                    dict(threads=2**31), dict(rope_base=10**400), dict(k_scale=-10**400)])
+def test_a_value_past_the_c_types_range_is_refused_as_by_numpys_call(mlx_fw, kwargs):
+    """Not nanobind's list of the extension's overloads: a RopePoolError naming the argument and
+    value, the NumPy call's words."""
+    p = Problem(mlx_fw)
+    before = p.snapshot()
+    (name, value), = kwargs.items()
+    text = repr(value) if len(repr(value)) <= 40 else repr(value)[:16]
+    with pytest.raises(ropepool.RopePoolError, match=re.escape(f"{name}") + r".*" + re.escape(text)):
+        call(p, **kwargs)
+    with pytest.raises(ropepool.RopePoolError, match=re.escape(f"{name}") + r".*" + re.escape(text)):
+        Problem(helpers.make_framework("numpy")).call(ropepool, **kwargs)
     helpers.assert_unchanged(p, before)
 
 
