@@ -5,6 +5,7 @@
 #include "bench.h"
 
 #include <errno.h>
+#include <float.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -333,8 +334,9 @@ int bench_parse_args(int argc, char **argv, bench_options *o)
         } else if (!strcmp(opt, "--rope-base")) {
             char *end;
             rope_base = strtod(arg, &end);
-            if (*arg == '\0' || *end != '\0' || !(rope_base > 0) || rope_base > 1e300)
-                return fail("--rope-base: '%s' is not a positive finite number", arg);
+            if (*arg == '\0' || *end != '\0' || !(rope_base >= DBL_MIN) || rope_base > 1e300)
+                return fail("--rope-base: '%s' is not a number in [%g, 1e300] (the library refuses "
+                            "a rope_base below float64's normal range)", arg, DBL_MIN);
         } else if (!strcmp(opt, "--style")) {
             if (strcmp(arg, "neox") && strcmp(arg, "gptj"))
                 return fail("--style: unknown style '%s' (known: neox, gptj)", arg);

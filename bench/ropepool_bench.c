@@ -11,6 +11,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h> /* access */
 
 static int failed_checks(const bench_report *rep)
 {
@@ -36,12 +37,17 @@ static int run_cpu(const bench_options *o, bench_report *rep, char *msg, size_t 
     return 0;
 }
 
-/* A path the report cannot be written to should fail now, not after the whole benchmark. */
+/* A path the report cannot be written to should fail now, not after the whole benchmark. A file
+ * the probe creates is removed again: a run refused later leaves nothing behind. */
 static int writable(const char *option, const char *path)
 {
+    const int existed = path && access(path, F_OK) == 0;
     FILE *f = path ? fopen(path, "a") : NULL;
-    if (f)
+    if (f) {
         fclose(f);
+        if (!existed)
+            remove(path);
+    }
     if (path && !f)
         fprintf(stderr, "ropepool-bench: %s: cannot write '%s'\n", option, path);
     return !path || f;

@@ -61,6 +61,13 @@ expect_error odd_rotary_dim "'33' is not an even dim count" --rotary-dim 33
 expect_error rotary_dim_past_head_dim "--rotary-dim 130 exceeds head_dim 128" --rotary-dim 130
 expect_error unknown_scaling "'yarn' is not 'none'" --rope-scaling yarn
 expect_error json_not_writable "--json: cannot write" --json "$tmp/no/such/dir/r.json"
+expect_error subnormal_rope_base "'1e-320' is not a number in" --rope-base 1e-320
+# A run refused after the report paths were probed leaves no empty report behind.
+expect_error refused_run_leaves_no_report "exceeds the pool's 10 slots" --backend cpu --pool 10 -T 100 \
+    --json "$tmp/refused.json" --svg "$tmp/refused.svg"
+if [ -e "$tmp/refused.json" ] || [ -e "$tmp/refused.svg" ]; then
+    fail "refused_run_leaves_no_report: $(ls "$tmp"/refused.*) left behind"
+fi
 
 # CUDA: without a usable GPU, asking for it by name is an error; with one, a short sweep passes.
 if "$bench" --list-backends | grep -q '^cuda: available'; then
