@@ -55,9 +55,10 @@ void bench_print_banner(const bench_options *o)
 void bench_print_run_header(const bench_run *run)
 {
     const bench_layout *L = &run->layout;
-    char sets[64];
+    char sets[112];
     if (run->sets_option == BENCH_SETS_COLD)
-        snprintf(sets, sizeof sets, "input sets: cold (overflow the cache twice)");
+        snprintf(sets, sizeof sets, "input sets: cold (overflow the cache twice, or as many as the pool holds: "
+                                    "the sets column)");
     else
         snprintf(sets, sizeof sets, "input sets: %lld", (long long)run->sets_option);
     printf("\n%s: %s, kernel %s, %s", run->backend == BENCH_CPU ? "cpu" : "cuda", run->device,
