@@ -88,8 +88,8 @@ extern "C" {
 rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_parts parts);
 
 /* The rest of a vectorized plan from its block (groups_per_block, heads_per_pass,
- * tokens_per_block), items_per_thread and wave_sms: chunks, grid and shared memory. 0, or -1 when that
- * block cannot launch. rp_cuda_make_plan ends here, and ropepool-tune-cuda's overrides go
+ * tokens_per_block), items_per_thread and wave_sms: chunks, grid and shared memory. 0, or -1
+ * when that block cannot launch. rp_cuda_make_plan ends here, and ropepool-tune-cuda's overrides go
  * through it, so both size a launch the same way. */
 int rp_cuda_plan_complete(const rp_problem *p, rp_parts parts, rp_cuda_plan *plan);
 

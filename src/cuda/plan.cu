@@ -45,10 +45,10 @@ enum {
     /* A decode call of at least one and a half waves of blocks (wave_sms; a wave is 2 tokens a
      * multiprocessor for Llama-3-8B's heads, 1.5 for 16/8/256, 1 for 64/8/128 or MLA's 137 heads)
      * launches only one wave, each block looping over tokens: 10-28% faster at T = 200-512 with
-     * the inputs in L2, 17% faster to 2% slower cold (an H100, bench/results/cuda-h100-stop41-decode-wave.md). Just
-     * past one wave the hardware's scheduler, which hands the few extra tokens to whichever
-     * blocks finish first, ran cold calls 3-11% faster than blocks that each loop (5-10% slower
-     * hot). */
+     * the inputs in L2, 17% faster to 2% slower cold (an H100,
+     * bench/results/cuda-h100-stop41-decode-wave.md). Just past one wave the hardware's
+     * scheduler, which hands the few extra tokens to whichever blocks finish first, ran cold
+     * calls 3-11% faster than blocks that each loop (5-10% slower hot). */
     /* QK-norm decode: a token's heads are split over blocks of at least this many threads (grid
      * z), so that its long chain of instructions (680 a warp for Qwen3-8B at T = 1, against 404
      * without norm: cuda-h200-stop29-ncu.txt) runs on several multiprocessors instead of one. */
@@ -121,8 +121,8 @@ int rp_cuda_plan_complete(const rp_problem *p, rp_parts parts, rp_cuda_plan *pla
     plan->grid = (unsigned)(tiles < MAX_GRID ? tiles : MAX_GRID);
     if (plan->wave_sms > 0 && plan->items_per_thread == 1 && !norm) {
         /* one wave: the blocks a multiprocessor holds at the launch bound's threads, in whole warps */
-        const long long per_sm = limit / 32 / div_up(gb * hy * y, 32), wave = plan->wave_sms * (per_sm > 1 ? per_sm : 1);
-        const long long most = wave / (plan->chunks * head_chunks);
+        const long long per_sm = limit / 32 / div_up(gb * hy * y, 32);
+        const long long wave = plan->wave_sms * (per_sm > 1 ? per_sm : 1), most = wave / (plan->chunks * head_chunks);
         if (most >= 1 && 2 * tiles * plan->chunks * head_chunks >= 3 * wave)
             plan->grid = (unsigned)most;
     }
