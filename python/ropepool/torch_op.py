@@ -184,7 +184,9 @@ def _refuse_mixed_bools(flags, numbers):
             raise _ropepool.RopePoolError(f"{name} must be True or False, got {value!r}")
     for name, value in numbers.items():
         if _is_bool(value):
-            raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+            kind = type(value)  # named as the binding names it (C's tp_name: bool, numpy.bool)
+            where = "" if kind.__module__ == "builtins" else kind.__module__ + "."
+            raise TypeError(f"{name} must be a number, got {where}{kind.__name__}")
 
 
 def call_op(q, k, v, positions, slots, k_pool, v_pool, *, head_dim, num_qo_heads, num_kv_heads,
