@@ -69,6 +69,9 @@ class NumpyFramework:
     def shares_memory(self, a, b):
         return np.shares_memory(a, b)
 
+    def sync(self):
+        pass
+
 
 class TorchFramework:
     def __init__(self, device):

@@ -167,6 +167,59 @@ def test_written_outputs_have_their_version_bumped(ropepool, torch_fw):
     assert [x._version for x in (q_out, k_out, p.k_pool, p.v_pool)] == [v + 1 for v in versions]
 
 
+def test_fresh_outputs_are_apart_and_outlive_each_other(ropepool, fw):
+    """Fresh q_rot and k_rot (from torch: tensors made around the allocator's blocks in
+    native.cpp, not by at::empty) have q's and k's shapes and dtypes, are contiguous, do not
+    overlap, and each keeps its values while the other is written or freed and its memory handed
+    out again."""
+    p = Problem(fw, dtype="bfloat16" if fw.name != "numpy" else "float32")
+    q_rot, k_rot, _, _ = p.call(ropepool)
+    check_fresh(p, (q_rot, k_rot))
+    assert [fw.dtype_name(x) for x in (q_rot, k_rot)] == [fw.dtype_name(p.q), fw.dtype_name(p.k)]
+    assert tuple(q_rot.shape) == tuple(p.q.shape) and tuple(k_rot.shape) == tuple(p.k.shape)
+    assert fw.is_contiguous(q_rot) and fw.is_contiguous(k_rot)
+    assert not fw.shares_memory(q_rot, k_rot)
+    k_bits = fw.bits(k_rot)
+    q_rot[...] = 7
+    fw.sync()
+    assert np.array_equal(fw.bits(k_rot), k_bits), "writing q_rot changed k_rot"
+    k_rot[...] = 5
+    fw.sync()
+    assert np.all(fw.f64(q_rot) == 7), "writing k_rot changed q_rot"
+    del q_rot
+    others = [empty(fw, p.q) for _ in range(8)]
+    for other in others:
+        other[...] = 1
+    fw.sync()
+    assert np.all(fw.f64(k_rot) == 5), "k_rot's memory was handed out when q_rot was freed"
+
+
+def test_fresh_torch_outputs_are_what_torch_empty_makes(ropepool, fw):
+    """native.cpp makes fresh tensors without at::empty: they must still be plain tensors of q's
+    device with a version counter outside inference mode and inference tensors inside it, and on
+    CUDA come from torch's caching allocator (counted by memory_allocated, freed with them)."""
+    if fw.name == "numpy":
+        pytest.skip("torch's tensors only")
+    torch = fw.torch
+    p = Problem(fw, dtype="bfloat16")
+    p.call(ropepool)  # the context (and on CUDA its tables) made: what stays allocated is not counted
+    before = torch.cuda.memory_allocated() if fw.is_cuda else 0
+    q_rot, k_rot, _, _ = p.call(ropepool)
+    for x, like in ((q_rot, p.q), (k_rot, p.k)):
+        assert type(x) is torch.Tensor and x.device == like.device and x.layout == torch.strided
+        assert not x.requires_grad and x.is_leaf and x._version == 0 and not x.is_inference()
+        assert x.storage_offset() == 0 and x.untyped_storage().nbytes() == x.numel() * x.element_size()
+    if fw.is_cuda:
+        grown = torch.cuda.memory_allocated() - before
+        assert grown >= q_rot.numel() * 2 + k_rot.numel() * 2, "the outputs are not torch's memory"
+        del q_rot, k_rot
+        assert torch.cuda.memory_allocated() == before, "the outputs' memory was not given back"
+    with torch.inference_mode():
+        q_inf, k_inf, _, _ = p.call(ropepool)
+        assert q_inf.is_inference() and k_inf.is_inference()
+    check_fresh(p, (q_inf, k_inf))
+
+
 def large_problem(fw, seed):
     """Fresh q_rot and k_rot of 4 MiB and more: served by the binding's cache of freed outputs'
     blocks (python/src/fresh_memory.c)."""
