@@ -212,7 +212,7 @@ def test_fresh_torch_outputs_are_what_torch_empty_makes(ropepool, fw):
     if fw.is_cuda:
         grown = torch.cuda.memory_allocated() - before
         assert grown >= q_rot.numel() * 2 + k_rot.numel() * 2, "the outputs are not torch's memory"
-        del q_rot, k_rot
+        del q_rot, k_rot, x  # x: k_rot still, after the loop
         assert torch.cuda.memory_allocated() == before, "the outputs' memory was not given back"
     with torch.inference_mode():
         q_inf, k_inf, _, _ = p.call(ropepool)
