@@ -8,9 +8,8 @@ implements them (the lead's merge of the variants work); until then those tests 
 
 import inspect
 import math
-import types
-
 import re
+import types
 
 import numpy as np
 import pytest

@@ -374,7 +374,7 @@ static RP_ALWAYS_INLINE void simd_to_fp8(rp_dtype dt, rp_dtype pool_dt, int stre
     int64_t j = 0;
     if (dt == RP_BF16 && inv_scale == 1.0f) /* on 16-bit lanes: the values are their own products */
         for (; j + 32 <= n; j += 32) {
-            const __m256i codes = fp8_codes32_bf16(pool_dt, _mm512_loadu_si512(src + j * 2));
+            const __m256i codes = fp8_codes32_bf16(pool_dt, _mm512_loadu_si512(src + j * elem));
             if (stream) /* a streamed row is whole lines: each 32-byte store is aligned */
                 _mm256_stream_si256((__m256i *)(dst + j), codes);
             else
