@@ -336,12 +336,16 @@ static const struct hf_style_entry {
     {"gpt_neox", RP_ROPE_NEOX},     {"gemma", RP_ROPE_NEOX},         {"gemma2", RP_ROPE_NEOX},
     {"gemma3", RP_ROPE_NEOX},       {"gemma3_text", RP_ROPE_NEOX},   {"starcoder2", RP_ROPE_NEOX},
     {"olmo", RP_ROPE_NEOX},         {"granite", RP_ROPE_NEOX},       {"stablelm", RP_ROPE_NEOX},
-    {"falcon", RP_ROPE_NEOX},
+    {"falcon", RP_ROPE_NEOX},       {"gpt_oss", RP_ROPE_NEOX},       {"olmo2", RP_ROPE_NEOX},
+    {"smollm3", RP_ROPE_NEOX},      {"seed_oss", RP_ROPE_NEOX},      {"exaone4", RP_ROPE_NEOX},
+    {"hunyuan_v1_dense", RP_ROPE_NEOX}, {"apertus", RP_ROPE_NEOX},   {"arcee", RP_ROPE_NEOX},
+    {"granitemoe", RP_ROPE_NEOX},
     /* GLM-4.5/4.6/4.7: transformers' Glm4MoeAttention rotates halves, unlike glm and glm4. */
     {"glm4_moe", RP_ROPE_NEOX},
     {"gptj", RP_ROPE_GPTJ},         {"codegen", RP_ROPE_GPTJ},       {"glm", RP_ROPE_GPTJ},
     {"glm4", RP_ROPE_GPTJ},         {"cohere", RP_ROPE_GPTJ},        {"cohere2", RP_ROPE_GPTJ},
-    {"chatglm", RP_ROPE_GPTJ},      {"deepseek_v2", RP_ROPE_GPTJ},
+    {"chatglm", RP_ROPE_GPTJ},      {"deepseek_v2", RP_ROPE_GPTJ},   {"ernie4_5", RP_ROPE_GPTJ},
+    {"helium", RP_ROPE_GPTJ},
     /* GPT-J pairs unless the config sets rope_interleave false (rp_hf_rope_style). */
     {"deepseek_v3", RP_ROPE_GPTJ},
 };
@@ -363,7 +367,7 @@ rp_status rp_hf_rope_style(const char *model_type, int32_t rope_interleave, int3
             return RP_OK;
         }
     return rp_fail(&err, RP_ERR_UNSUPPORTED,
-                   "model_type '%s' is not in ropepool's table of transformers RoPE styles: pass "
-                   "is_neox explicitly (True for rotate-half pairs (j, j + R/2), False for adjacent "
-                   "pairs (2j, 2j + 1))", model_type);
+                   "model_type '%s' is not in ropepool's table of transformers RoPE styles: pass the "
+                   "style explicitly (is_neox=True / RP_ROPE_NEOX for rotate-half pairs (j, j + R/2), "
+                   "is_neox=False / RP_ROPE_GPTJ for adjacent pairs (2j, 2j + 1))", model_type);
 }

@@ -282,8 +282,9 @@ static rp_status check_norm(const rp_rope_pool_args *a, rp_err *err)
             return rp_fail(err, bad, "%s_dtype is %s but %s is NULL", names[i], rp_dtype_name(dt), names[i]);
         char text[48];
         if (dt != RP_F32 && dt != (rp_dtype)a->q.dtype)
-            return rp_fail(err, bad, "%s dtype must be q's dtype %s or float32, got %s", names[i],
-                           rp_dtype_name((rp_dtype)a->q.dtype), dtype_text(text, sizeof text, dt));
+            return rp_fail(err, bad, "%s dtype must be q's dtype %s%s, got %s", names[i],
+                           rp_dtype_name((rp_dtype)a->q.dtype), a->q.dtype == RP_F32 ? "" : " or float32",
+                           dtype_text(text, sizeof text, dt));
         if ((uintptr_t)data[i] % rp_dtype_size(dt) != 0 && !(a->flags & RP_VALIDATE_ONLY))
             return rp_fail(err, bad, "%s %p is not aligned to its %zu-byte %s elements", names[i], data[i],
                            rp_dtype_size(dt), rp_dtype_name(dt));

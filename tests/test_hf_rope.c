@@ -180,7 +180,7 @@ static void test_style_table_follows_transformers(void)
     int32_t style = 42;
     char msg[256] = "";
     CHECK(rp_hf_rope_style("my_new_model", -1, &style, msg, sizeof msg) == RP_ERR_UNSUPPORTED, "unknown type");
-    CHECK(strstr(msg, "'my_new_model'") && strstr(msg, "pass is_neox explicitly"), "message: %s", msg);
+    CHECK(strstr(msg, "'my_new_model'") && strstr(msg, "pass the style explicitly"), "message: %s", msg);
     CHECK(style == 42, "style written for an unknown model type");
 }
 

@@ -279,7 +279,7 @@ static void test_bad_norm_arguments_are_rejected_and_write_nothing(void)
 {
     const rp_status bad = RP_ERR_INVALID_ARGUMENT;
     expect_call_error(&rng, "weight dtype", wrong_weight_dtype, bad,
-                      "q_norm_weight dtype must be q's dtype float32 or float32, got bfloat16");
+                      "q_norm_weight dtype must be q's dtype float32, got bfloat16");
     expect_call_error(&rng, "eps 0", eps_zero, bad,
                       "norm_eps must be a positive finite number with a QK-norm weight (the model's "
                       "rms_norm_eps, e.g. 1e-06), got 0");

@@ -26,6 +26,20 @@ _DEFAULT_THETA = {
     "qwen2_vl": 1e6, "qwen2_vl_text": 1e6, "qwen2_5_vl": 1e6, "qwen2_5_vl_text": 1e6,
     "qwen3_vl": 5e5, "qwen3_vl_text": 5e5,
     "cohere": 5e5,
+    "gpt_oss": 1.5e5, "smollm3": 2e6, "apertus": 1.2e7, "ernie4_5": 5e5, "helium": 1e5,
+}
+# A rope the config class fills in when config.json gives none (GptOssConfig: YaRN; ApertusConfig:
+# llama3 with its own theta).
+_DEFAULT_ROPE = {
+    "gpt_oss": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                "original_max_position_embeddings": 4096},
+    "apertus": {"rope_type": "llama3", "rope_theta": 1.2e7, "factor": 8.0, "original_max_position_embeddings": 8192,
+                "low_freq_factor": 1.0, "high_freq_factor": 4.0},
+}
+# head_dim where the config class's default is not hidden_size // num_attention_heads.
+_DEFAULT_HEAD_DIM = {
+    "qwen3": 128, "qwen3_vl": 128, "qwen3_vl_text": 128, "gemma": 256, "gemma2": 256, "gemma3": 256,
+    "gemma3_text": 256, "gpt_oss": 64,
 }
 _DEFAULT_PARTIAL = {
     "phi": 0.5, "stablelm": 0.25, "gpt_neox": 0.25, "glm": 0.5, "glm4": 0.5, "glm4_moe": 0.5,
@@ -37,7 +51,8 @@ _DEFAULT_PARTIAL = {
 _DEFAULT_ROPE_IGNORES_PARTIAL = frozenset((
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_vl", "qwen2_vl_text",
     "qwen2_5_vl", "qwen2_5_vl_text", "qwen3_vl", "qwen3_vl_text", "gemma", "gemma2", "gemma3", "gemma3_text",
-    "starcoder2", "olmo", "granite", "falcon", "cohere", "cohere2"))
+    "starcoder2", "olmo", "granite", "falcon", "cohere", "cohere2", "gpt_oss", "olmo2", "smollm3", "seed_oss",
+    "exaone4", "hunyuan_v1_dense", "apertus", "arcee", "granitemoe", "ernie4_5", "helium"))
 # mRoPE as transformers' Qwen-VL text rotary embeddings apply it: (default mrope_section,
 # interleaved). Qwen2-VL / Qwen2.5-VL take consecutive chunks; Qwen3-VL always interleaves.
 _MROPE = {
@@ -112,6 +127,8 @@ def _rope_parameters(text, model_type, layer_type):
     params = _as_dict(_field(text, "rope_scaling"), "rope_scaling") or _as_dict(
         _field(text, "rope_parameters"), "rope_parameters")
     theta = _field(text, "rope_theta")
+    if not params and model_type in _DEFAULT_ROPE:
+        params = dict(_DEFAULT_ROPE[model_type])
     if model_type in _GEMMA3 and not _is_nested(params):
         full = {"rope_type": "default", **params}
         full.setdefault("rope_theta", theta if theta is not None else 1e6)
@@ -156,6 +173,8 @@ def _head_and_rotary_dim(text, model_type, params):
         rope_head_dim = _integer(rope_head_dim, "qk_rope_head_dim")
         return rope_head_dim, rope_head_dim
     head_dim = _field(text, "kv_channels") if model_type == "chatglm" else _field(text, "head_dim")
+    if head_dim is None:
+        head_dim = _DEFAULT_HEAD_DIM.get(model_type)
     if head_dim is None:
         hidden = _field(text, "hidden_size", _field(text, "n_embd"))
         heads = _field(text, "num_attention_heads", _field(text, "n_head"))
@@ -294,7 +313,7 @@ def hf_rope_parameters(config, *, seq_len=None, layer_type=None):
 
     Returns ``(inv_freq, attention_scaling)``: a float64 array of rotary_dim/2 frequencies holding
     transformers' float32 values (within 1 float32 ulp of its CPU buffers on the committed
-    fixtures, 99% bit-identical; the one difference is pow, correctly rounded here, within 1 ulp in
+    fixtures but SmolLM3's, 2 at one entry; 99% bit-identical; the one difference is pow, correctly rounded here, within 1 ulp in
     torch's CPU powf, which later operations such as 1/x can widen to 3 ulps on unlucky configs,
     and llama3's smoothing by up to about factor * low_freq_factor / (high_freq_factor -
     low_freq_factor): ~120 ulps on random configs, none on the published Llama 3.1/3.2 ones),
@@ -325,7 +344,7 @@ def hf_rope_kwargs(config, *, seq_len=None, layer_type=None):
     """
     text, model_type, params, fields = _read(config, seq_len, layer_type)
     if model_type is None:
-        raise _error("the config has no model_type: pass is_neox explicitly")
+        raise _error("the config has no model_type: pass the style explicitly (is_neox=True or False)")
     interleave = _field(text, "rope_interleave")
     is_neox = _ropepool._hf_rope_style(str(model_type), -1 if interleave is None else int(bool(interleave)))
     inv_freq, attention_scaling = _ropepool._hf_rope_frequencies(**fields)

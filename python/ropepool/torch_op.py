@@ -24,7 +24,9 @@ a fraction of the operator's: bench/results/torch-op-cpu.md), and is substituted
 ``fullgraph=True``. Inductor then writes the pools in place. One case it does not: K and V pools
 that share a storage but reach the compiled function as two separate inputs (Inductor reinplaces at
 most one mutated argument per storage, and copies the other); views made inside the compiled
-function (``kv[0]``, ``kv[1]`` of a cache input or buffer) are written in place.
+function (``kv[0]``, ``kv[1]`` of a cache input or buffer) are written in place, but for views
+whose offset depends on dynamic shapes, which the fake kernel refuses (see
+``_refuse_shape_dependent_views``).
 """
 
 import os
@@ -107,13 +109,35 @@ def _refuse_grad(q, k, v, positions, slots, k_pool, v_pool, **keywords):
     _ropepool._check_autograd(read, written)
 
 
-def _fake(q, k, *args, **keywords):
-    _refuse_grad(q, k, *args, **keywords)
+# torch.compile with dynamic shapes hands the operator a view made inside the compiled function
+# (kv[1], k_cache[layer]) at storage offset 0 when that offset depends on the shapes: its
+# re-inplacing rebuilds the view from its base with aten.sym_storage_offset, which Inductor lowers
+# to 0 (pytorch/pytorch#198068, torch 2.15 here). The write would land at the start of the base:
+# another layer's rows, silently. Such an offset is a product or sum of shape symbols; a tensor that
+# is itself an input of the compiled function keeps its own offset (one symbol, or a number), which
+# is passed as it is.
+def _refuse_shape_dependent_views(k_pool, v_pool, **keywords):
+    written = dict(k_pool=k_pool, v_pool=v_pool, **{name: keywords.get(name) for name in _WRITTEN})
+    for name, tensor in written.items():
+        offset = None if tensor is None else tensor.storage_offset()
+        if isinstance(offset, torch.SymInt) and not (offset.node.expr.is_Symbol or offset.node.expr.is_number):
+            raise _ropepool.RopePoolError(
+                f"{name} is a view at a storage offset that depends on the compiled function's shapes "
+                f"({offset.node.expr} elements): torch.compile with dynamic shapes passes such a view to "
+                "the operator at offset 0 (pytorch/pytorch#198068), so its rows would be written at the "
+                "start of the tensor it views; make the offset static (torch._dynamo.mark_static on the "
+                "cache, a module buffer, or the pool itself as the function's input)")
+
+
+def _fake(q, k, v, positions, slots, k_pool, v_pool, **keywords):
+    _refuse_grad(q, k, v, positions, slots, k_pool, v_pool, **keywords)
+    _refuse_shape_dependent_views(k_pool, v_pool, **keywords)
     return _fresh(q), _fresh(k)
 
 
-def _fake_out(*args, **keywords):
-    _refuse_grad(*args, **keywords)
+def _fake_out(q, k, v, positions, slots, k_pool, v_pool, **keywords):
+    _refuse_grad(q, k, v, positions, slots, k_pool, v_pool, **keywords)
+    _refuse_shape_dependent_views(k_pool, v_pool, **keywords)
     return None
 
 

@@ -105,6 +105,9 @@ int rpy_pool_format(PyObject *kv_cache_dtype_obj, int32_t kv_cache_dtype, const 
  * is passed by address (*ptr, read when the kernel runs: CUDA graphs see updates); anything else
  * is read now into *value. 0 or -1. */
 int rpy_scale(PyObject *obj, const char *name, rp_device device, double *value, const float **ptr);
+/* t's shape as a tuple of ints (its repr is NumPy's shape in every framework); NULL with an
+ * exception. */
+PyObject *rpy_shape_tuple(const rp_tensor *t);
 /* inv_freq: a 1-D float32/float64 array-like of `count` entries on any device, converted exactly
  * to float64 into out[0, count). 0 or -1. */
 int rpy_inv_freq(PyObject *obj, int64_t count, double *out);

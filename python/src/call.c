@@ -346,9 +346,9 @@ static int norm_arguments(const rpy_framework *fw, PyObject *const values[NUM_PA
         if (array_argument(fw, values, index[i], &w) < 0)
             return -1;
         if (w.ndim != 1 || w.shape[0] != a->head_dim || (w.shape[0] > 1 && w.strides[0] != 1)) {
-            PyObject *shape = PyObject_GetAttrString(values[index[i]], "shape");
+            PyObject *shape = rpy_shape_tuple(&w);
             if (shape != NULL)
-                rpy_refuse("%s must be a contiguous 1-D array of head_dim = %lld weights, got shape %S%s",
+                rpy_refuse("%s must be a contiguous 1-D array of head_dim = %lld weights, got shape %R%s",
                            param_names[index[i]], (long long)a->head_dim, shape,
                            w.ndim == 1 && w.shape[0] == a->head_dim ? " with a stride" : "");
             Py_XDECREF(shape);
@@ -561,6 +561,45 @@ static int prepare(PyObject *const values[NUM_PARAMS], prepared_call *c, unsigne
     return -1;
 }
 
+/* A call whose q is a torch FakeTensor (non-strict torch.export, make_fx and other tracers run the
+ * model on them; Dynamo traces call_op itself) has no memory to describe: it is traced as the
+ * operator, through ropepool.torch_op.call_op with the caller's arguments. Otherwise, or if torch
+ * cannot say, NULL with the call's own exception left as it was. */
+static PyObject *traced_call(PyObject *q, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    static PyObject *is_fake, *call_op; /* torch._subclasses.fake_tensor.is_fake, torch_op.call_op */
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback); /* held while torch is asked, which may clear errors */
+    if (!rpy_torch.is_array(q)) {
+        PyErr_Restore(type, value, traceback);
+        return NULL;
+    }
+    if (is_fake == NULL) {
+        PyObject *fake = PyImport_ImportModule("torch._subclasses.fake_tensor");
+        PyObject *op = fake ? PyImport_ImportModule("ropepool.torch_op") : NULL;
+        is_fake = fake ? PyObject_GetAttrString(fake, "is_fake") : NULL;
+        call_op = op ? PyObject_GetAttrString(op, "call_op") : NULL;
+        Py_XDECREF(fake);
+        Py_XDECREF(op);
+        if (is_fake == NULL || call_op == NULL) {
+            Py_CLEAR(is_fake);
+            Py_CLEAR(call_op);
+        }
+    }
+    PyObject *fake = is_fake ? PyObject_CallOneArg(is_fake, q) : NULL;
+    const int traced = fake != NULL && PyObject_IsTrue(fake) == 1;
+    Py_XDECREF(fake);
+    PyErr_Clear();
+    if (!traced) {
+        PyErr_Restore(type, value, traceback);
+        return NULL;
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(traceback);
+    return PyObject_Vectorcall(call_op, args, (size_t)nargs, kwnames);
+}
+
 PyObject *rpy_rope_pool_fused(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                               PyObject *kwnames)
 {
@@ -569,8 +608,10 @@ PyObject *rpy_rope_pool_fused(PyObject *module, PyObject *const *args, Py_ssize_
     stamp(stamps, ST_START);
     PyObject *values[NUM_PARAMS];
     prepared_call c;
-    if (parse_arguments(args, PyVectorcall_NARGS(nargs), kwnames, values) < 0 || prepare(values, &c, stamps) < 0)
+    if (parse_arguments(args, PyVectorcall_NARGS(nargs), kwnames, values) < 0)
         return NULL;
+    if (prepare(values, &c, stamps) < 0)
+        return traced_call(values[P_Q], args, nargs, kwnames);
     char message[MESSAGE_SIZE];
     rp_status st;
     Py_BEGIN_ALLOW_THREADS

@@ -229,6 +229,19 @@ static int explicit_scale(const char *name, double value)
     return rpy_refuse("%s must be a positive finite number (default 1.0), got %s", name, text);
 }
 
+PyObject *rpy_shape_tuple(const rp_tensor *t)
+{
+    PyObject *shape = PyTuple_New(t->ndim);
+    for (int d = 0; shape != NULL && d < t->ndim; d++) {
+        PyObject *extent = PyLong_FromLongLong((long long)t->shape[d]);
+        if (extent == NULL)
+            Py_CLEAR(shape);
+        else
+            PyTuple_SET_ITEM(shape, d, extent);
+    }
+    return shape;
+}
+
 int rpy_scale(PyObject *obj, const char *name, rp_device device, double *value, const float **ptr)
 {
     *value = 1.0;
@@ -279,7 +292,7 @@ static PyObject *host_array(PyObject *obj, rp_tensor *t)
         host = PyObject_CallMethod(obj, "cpu", NULL);
     } else {
         PyObject *numpy = PyImport_ImportModule("numpy");
-        host = numpy ? PyObject_CallMethod(numpy, "asarray", "O", obj) : NULL;
+        host = numpy ? PyObject_CallMethod(numpy, "asarray", "(O)", obj) : NULL;
         Py_XDECREF(numpy);
         if (host == NULL && !PyErr_ExceptionMatches(PyExc_MemoryError)) {
             PyErr_Clear();
@@ -308,9 +321,9 @@ int rpy_inv_freq(PyObject *obj, int64_t count, double *out)
     } else if (!has_data(&t, "inv_freq")) {
         result = -1;
     } else if (t.ndim != 1 || t.shape[0] != count) {
-        PyObject *shape = PyObject_GetAttrString(host, "shape");
+        PyObject *shape = rpy_shape_tuple(&t);
         if (shape != NULL)
-            rpy_refuse("inv_freq must be 1-D with rotary_dim/2 = %lld entries, got shape %S", (long long)count, shape);
+            rpy_refuse("inv_freq must be 1-D with rotary_dim/2 = %lld entries, got shape %R", (long long)count, shape);
         Py_XDECREF(shape);
         result = -1;
     } else {

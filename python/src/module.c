@@ -73,7 +73,7 @@ static int cuda_device_index(PyObject *device)
         return index == -1 && PyErr_Occurred() ? -1 : (int)index;
     }
     PyObject *torch = PyImport_ImportModule("torch");
-    PyObject *dev = torch ? PyObject_CallMethod(torch, "device", "O", device) : NULL;
+    PyObject *dev = torch ? PyObject_CallMethod(torch, "device", "(O)", device) : NULL;
     PyObject *type = dev ? PyObject_GetAttrString(dev, "type") : NULL;
     PyObject *index = type ? PyObject_GetAttrString(dev, "index") : NULL;
     int result = -1;

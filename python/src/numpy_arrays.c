@@ -80,10 +80,27 @@ static int numpy_is_array(PyObject *obj)
     return PyArray_Check(obj);
 }
 
+/* Whether obj is a numpy.ma.MaskedArray (asked of ndarray subclasses only). */
+static int is_masked(PyObject *obj)
+{
+    PyObject *ma = PyImport_ImportModule("numpy.ma");
+    PyObject *masked = ma ? PyObject_GetAttrString(ma, "MaskedArray") : NULL;
+    const int result = masked ? PyObject_IsInstance(obj, masked) : -1;
+    Py_XDECREF(masked);
+    Py_XDECREF(ma);
+    return result;
+}
+
 static int numpy_to_tensor(PyObject *obj, const char *name, rp_tensor *t)
 {
     PyArrayObject *a = (PyArrayObject *)obj;
     memset(t, 0, sizeof *t);
+    if (!PyArray_CheckExact(obj)) {
+        const int masked = is_masked(obj);
+        if (masked != 0) /* the call reads and writes every element: a mask would be ignored */
+            return masked < 0 ? -1 : rpy_refuse("%s is a numpy.ma.MaskedArray, whose mask ropepool cannot honour: pass "
+                                                "%s.data (or %s.filled(value))", name, name, name);
+    }
     if (PyArray_ISBYTESWAPPED(a)) {
         return rpy_refuse("%s has non-native byte order (dtype %R): convert it with "
                           "%s.astype(%s.dtype.newbyteorder('='))", name, (PyObject *)PyArray_DESCR(a), name, name);

@@ -169,6 +169,21 @@ def test_non_native_byte_order_is_named(ropepool, np_fw):
         p.call(ropepool, p.q, p.k, swapped)
 
 
+@pytest.mark.parametrize("which", [2, 5])  # v, k_pool
+def test_masked_arrays_are_refused_for_the_mask_they_would_ignore(ropepool, np_fw, which):
+    p = Problem(np_fw)
+    args = p.arrays()
+    mask = np.zeros(args[which].shape, dtype=bool)
+    mask[0] = True
+    args[which] = np.ma.masked_array(args[which], mask=mask)
+    before = p.snapshot()
+    name = ["q", "k", "v", "positions", "slots", "k_pool", "v_pool"][which]
+    with pytest.raises(ropepool.RopePoolError, match=rf"^{name} is a numpy.ma.MaskedArray, whose mask ropepool "
+                                                     rf"cannot honour: pass {name}.data"):
+        ropepool.rope_pool_fused(*args, **p.kwargs())
+    assert_unchanged(p, before)
+
+
 def test_stride_that_splits_elements_is_named(ropepool, np_fw):
     p = Problem(np_fw)
     raw = np.zeros(2 * p.T * p.Hk * p.D, dtype=np.float32)

@@ -124,7 +124,7 @@ def test_bad_weights_and_eps_are_refused_and_write_nothing(ropepool):
         (dict(q_norm_weight=np.ones(8, np.float32)), "q_norm_weight must be a contiguous 1-D array of head_dim = 16"),
         (dict(k_norm_weight=np.ones((1, 16), np.float32)), "k_norm_weight must be a contiguous 1-D array"),
         (dict(q_norm_weight=np.ones(32, np.float32)[::2]), "with a stride"),
-        (dict(q_norm_weight=np.ones(16, np.float16)), "q_norm_weight dtype must be q's dtype float32 or float32, got float16"),
+        (dict(q_norm_weight=np.ones(16, np.float16)), "q_norm_weight dtype must be q's dtype float32, got float16"),
         (dict(q_norm_weight=np.ones(16, np.float32), norm_eps=0.0), "norm_eps must be a positive finite number"),
         (dict(k_norm_weight=np.ones(16, np.float32), norm_eps=float("inf")), "norm_eps must be a positive finite"),
         (dict(norm_eps=1e-5), "norm_eps 1e-05 and norm_weight_offset 0 need q_norm_weight or k_norm_weight"),

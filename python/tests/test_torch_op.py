@@ -269,6 +269,67 @@ def test_compiled_call_with_outputs_given_rotates_in_place(ropepool, device):
     assert_no_pool_copy(code, p.P * p.Hk * p.D)
 
 
+@pytest.mark.parametrize("cache", ["views made inside", "views made inside, marked static", "views passed in"])
+def test_compiled_call_with_dynamic_shapes_refuses_views_whose_offset_it_would_lose(ropepool, cache):
+    """torch.compile(dynamic=True) passes a view made inside the compiled function at offset 0 when
+    its offset depends on the shapes (pytorch/pytorch#198068): layer 1's rows would land in layer 0.
+    The trace refuses it, nothing written; a static cache, or the views as inputs, compile and write
+    layer 1."""
+    p = problem("cpu", T=3, Hq=4, Hk=2, D=16, P=24)
+    kw = p.kwargs()
+    k_cache, v_cache = torch.zeros(2, *p.k_pool.shape), torch.zeros(2, *p.v_pool.shape)
+
+    def step(q, k, v, positions, slots, k_pool, v_pool):
+        if cache != "views passed in":
+            k_pool, v_pool = k_pool[1], v_pool[1]
+        ropepool.rope_pool_fused(q, k, v, positions, slots, k_pool, v_pool, **kw)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True, dynamic=True)
+    pools = (k_cache[1], v_cache[1]) if cache == "views passed in" else (k_cache, v_cache)
+    if cache == "views made inside":
+        with pytest.raises(Exception, match=r"k_pool is a view at a storage offset that depends on .*#198068"):
+            compiled(*p.arrays()[:5], *pools)
+        assert not k_cache.any() and not v_cache.any()
+        return
+    if cache.endswith("marked static"):
+        torch._dynamo.mark_static(k_cache)
+        torch._dynamo.mark_static(v_cache)
+    compiled(*p.arrays()[:5], *pools)
+    want_k, want_v = clone_all([k_cache, v_cache])
+    want_k.zero_(), want_v.zero_()
+    step(*p.arrays()[:5], *((want_k[1], want_v[1]) if cache == "views passed in" else (want_k, want_v)))
+    assert want_v[1].any()
+    assert_same([k_cache, v_cache], [want_k, want_v])
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_exported_module_calls_the_operator_and_writes_its_pool_buffers(ropepool, strict):
+    """torch.export runs the model on FakeTensors (non-strict: without Dynamo), which have no memory
+    to describe: the direct call traces the operator instead, and the exported program writes the
+    module's pools as the eager call does."""
+    p = problem("cpu", T=3, Hq=4, Hk=2, D=16, P=24)
+    kw = p.kwargs()
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("k_pool", torch.zeros_like(p.k_pool))
+            self.register_buffer("v_pool", torch.zeros_like(p.v_pool))
+
+        def forward(self, q, k, v, positions, slots):
+            q_rot, k_rot, _, _ = ropepool.rope_pool_fused(q, k, v, positions, slots, self.k_pool, self.v_pool, **kw)
+            return q_rot, k_rot
+
+    inputs = tuple(p.arrays()[:5])
+    program = torch.export.export(Layer(), inputs, strict=strict)
+    assert "torch.ops.ropepool.rope_pool_fused.default(" in program.graph_module.code
+    exported, eager = program.module(), Layer()
+    got, want = exported(*inputs), eager(*inputs)
+    assert eager.v_pool.any()
+    assert_same([*got, exported.k_pool, exported.v_pool], [*want, eager.k_pool, eager.v_pool])
+
+
 @pytest.mark.parametrize("grad", ["q", "k_pool leaf", "q_out"])
 def test_compiled_call_refuses_what_requires_grad_as_eager_does(ropepool, grad):
     """AOTAutograd's compiled graph runs the kernel with grad mode off: the refusal comes from the

@@ -45,7 +45,7 @@ def caller_frequencies(R, seed=3):
     return f
 
 
-@pytest.mark.parametrize("form", ["float64", "float32", "list", "torch", "torch-cuda"])
+@pytest.mark.parametrize("form", ["float64", "float32", "list", "tuple", "torch", "torch-cuda"])
 def test_inv_freq_is_used_exactly_in_any_form(ropepool, fw, form):
     p = Problem(fw, D=64, max_pos=100000)
     before = p.snapshot()
@@ -53,8 +53,8 @@ def test_inv_freq_is_used_exactly_in_any_form(ropepool, fw, form):
     f64 = caller_frequencies(R)
     if form == "float32":
         freqs, exact = f64.astype(np.float32), f64.astype(np.float32).astype(np.float64)
-    elif form == "list":
-        freqs, exact = list(f64), f64
+    elif form in ("list", "tuple"):
+        freqs, exact = (list if form == "list" else tuple)(f64), f64
     elif form.startswith("torch"):
         torch = pytest.importorskip("torch")
         if form == "torch-cuda" and not torch.cuda.is_available():
@@ -136,6 +136,16 @@ def test_variants_in_place_and_into_caller_outputs(ropepool, fw, is_neox):
 def test_bad_variant_values_are_named(ropepool, fw, kwargs, message):
     p = Problem(fw, D=64)
     expect_refusal(ropepool, fw, p.arrays(), p.kwargs(**kwargs), message)
+
+
+def test_a_tensors_shape_is_named_as_an_arrays(ropepool, torch_fw):
+    """A torch tensor's shape in a message reads (31,), as an array's and as in the compiled path."""
+    torch = pytest.importorskip("torch")
+    p = Problem(torch_fw, D=64)
+    expect_refusal(ropepool, torch_fw, p.arrays(), p.kwargs(inv_freq=torch.ones(31, dtype=torch.float64)),
+                   "inv_freq must be 1-D with rotary_dim/2 = 32 entries, got shape (31,)")
+    expect_refusal(ropepool, torch_fw, p.arrays(), p.kwargs(q_norm_weight=torch.ones(2, 32)),
+                   "q_norm_weight must be a contiguous 1-D array of head_dim = 64 weights, got shape (2, 32)")
 
 
 def test_library_checks_of_the_variants_reach_python(ropepool, fw):

@@ -183,7 +183,8 @@ def _family(model_type, **extra):
 FAMILIES = [_family(mt) for mt in (
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl",
     "qwen2_5_vl_text", "phi", "phi3", "gpt_neox", "starcoder2", "olmo", "granite", "stablelm", "falcon",
-    "glm4_moe", "codegen", "cohere", "cohere2")] + [
+    "glm4_moe", "codegen", "cohere", "cohere2", "gpt_oss", "olmo2", "smollm3", "seed_oss", "exaone4",
+    "hunyuan_v1_dense", "apertus", "arcee", "granitemoe", "ernie4_5", "helium")] + [
     _family("qwen3", head_dim=128), _family("qwen3_moe", head_dim=128), _family("qwen3_vl_text", head_dim=128),
     dict(model_type="qwen3_vl", text_config=_family("qwen3_vl_text", head_dim=128)),
     _family("gemma", head_dim=256), _family("gemma2", head_dim=256), _family("gptj", rotary_dim=64),
