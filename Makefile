@@ -41,10 +41,11 @@ test: build
 # verified. The table goes to the terminal, the figures to $(BUILD)/bench-results.{json,svg}.
 # More: $(BUILD)/bench/ropepool-bench --help.
 # Then the call users make: ropepool.rope_pool_fused from Python (NumPy, and torch when installed),
-# with fresh outputs and with q_out/k_out, beside the C call in the same process.
+# with fresh outputs and with q_out/k_out, beside the C call in the same process, and the same step
+# in plain torch compiled by Inductor.
 run: build
 	$(BUILD)/bench/ropepool-bench --json $(BUILD)/bench-results.json --svg $(BUILD)/bench-results.svg
-	PYTHONPATH=$(abspath $(BUILD))/python $(VENV_PY) -m ropepool.bench
+	PYTHONPATH=$(abspath $(BUILD))/python $(VENV_PY) -m ropepool.bench --torch-compile
 
 # GPU tests (label cuda: the C suites, compute-sanitizer runs, the Python CUDA tests) on a machine
 # with an NVIDIA GPU. They use the system's $(PYTHON), which needs numpy, pytest and torch with

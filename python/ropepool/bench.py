@@ -23,7 +23,11 @@ outputs, the library call, version bumps and result), from ``_ropepool._profile`
 (``ROPEPOOL_FRESH_OUTPUTS``, python/src/fresh_memory.c: the cache of freed outputs' blocks, the
 default, or new pages first touched in one of four ways).
 
+``--torch-compile`` (CPU) adds the same step written in plain torch and compiled by Inductor (issue
+20's baseline), with its ratio to the call.
+
     python -m ropepool.bench [--backend cpu|cuda] [-T 1,256,4096] [--rounds 5] [--profile] [--fresh-outputs]
+                             [--torch-compile]
 """
 
 import argparse
@@ -80,6 +84,38 @@ def python_batch(arrays, calls, outs, sync, f=None):
 
 
 CLOCK = time.perf_counter_ns  # --clock thread: time.thread_time_ns
+COMPILED_PLAIN = None  # --torch-compile: plain_torch(torch)
+
+
+def plain_torch(torch):
+    """The same step in plain torch, as an engine writes it without ropepool (NeoX RoPE in float32
+    from the positions, then the pool rows by index), compiled by Inductor once for every T
+    (dynamic shapes): issue 20's torch.compile baseline. Fresh q_rot and k_rot, as from the call."""
+    D = SHAPE["head_dim"]
+    half = D // 2
+    inv_freq = torch.from_numpy(1.0 / SHAPE["rope_base"] ** (np.arange(0, D, 2) / D)).float()
+
+    def step(q, k, v, positions, slots, k_pool, v_pool):
+        angle = positions[:, None].float() * inv_freq
+        cos, sin = angle.cos()[:, None, :], angle.sin()[:, None, :]
+
+        def rotate(x):
+            x1, x2 = x[..., :half], x[..., half:]
+            return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+        q_rot, k_rot = rotate(q), rotate(k)
+        k_pool.index_copy_(0, slots, k_rot)
+        v_pool.index_copy_(0, slots, v)
+        return q_rot, k_rot
+
+    return torch.compile(step, dynamic=True)
+
+
+def plain_batch(arrays, calls):
+    f = COMPILED_PLAIN
+    a0, a1, a2, a3, a4, a5, a6 = arrays
+    for _ in range(calls):
+        f(a0, a1, a2, a3, a4, a5, a6)
 
 
 def timed(run, calls):
@@ -112,6 +148,8 @@ def methods_for(T, P, backend, torch):
             op = operator(torch)
             if op is not None:
                 methods["torch op q_out"] = lambda n: python_batch(t_arrays, n, t_outs, no_sync, op)
+            if COMPILED_PLAIN is not None:
+                methods["torch.compile plain"] = lambda n: plain_batch(t_arrays, n)
     else:
         sync = torch.cuda.synchronize
         t_arrays = [torch.from_numpy(a).cuda() for a in arrays]
@@ -349,6 +387,8 @@ def main(argv=None):
     parser.add_argument("--fresh-outputs", action="store_true",
                         help="also compare the first-touch strategies of fresh outputs at T >= 1024")
     parser.add_argument("--profile", action="store_true", help="also print the per-stage breakdown at T = 1")
+    parser.add_argument("--torch-compile", action="store_true",
+                        help="cpu: also time torch.compile (Inductor) of the same step in plain torch code")
     args = parser.parse_args(argv)
     try:
         import torch
@@ -371,6 +411,9 @@ def main(argv=None):
           + f"; {args.stat} of {args.rounds} interleaved rounds, us per call ({args.clock} clock) (x: ratio to C; faults: minor page "
           "faults per call; sys: kernel-mode CPU us per call); load average "
           + " ".join(f"{x:.1f}" for x in os.getloadavg()))
+    if args.torch_compile and args.backend == "cpu" and torch is not None:
+        global COMPILED_PLAIN
+        COMPILED_PLAIN = plain_torch(torch)
     results = {}
     for T in tokens:
         results[T] = measure(T, P, args.backend, torch, args.rounds, args.seconds, args.stat)
@@ -389,12 +432,16 @@ def main(argv=None):
         for n in names:
             ns, (f, sys_ns) = r[n]
             row.append(f"{ns / 1e3:.2f} ({ns / c:.2f}x" + (f", {f:.0f} faults, sys {sys_ns / 1e3:.0f})"
-                                                          if "fresh" in n else ")"))
+                                                          if "fresh" in n or "compile" in n else ")"))
         print("| " + " | ".join(row) + " |")
     if 1 in results:
         c = results[1]["C"][0]
         print("\nOverhead over the C call at T = 1: " + ", ".join(
             f"{n} {(results[1][n][0] - c) / 1e3:+.2f} us" for n in names))
+    if COMPILED_PLAIN is not None:
+        print("\ntorch.compile of the plain torch code against the call with fresh outputs (times faster): " + "; ".join(
+            f"T = {T}: numpy {r['torch.compile plain'][0] / r['numpy fresh'][0]:.2f}x, torch "
+            f"{r['torch.compile plain'][0] / r['torch fresh'][0]:.2f}x" for T, r in results.items()))
     if args.fresh_outputs and args.backend == "cpu":
         fresh_output_sweep([T for T in tokens if T >= 1024], P, torch, args.rounds, args.seconds)
     if args.profile:
