@@ -120,10 +120,12 @@ def _refuse_shape_dependent_views(k_pool, v_pool, **keywords):
     written = dict(k_pool=k_pool, v_pool=v_pool, **{name: keywords.get(name) for name in _WRITTEN})
     for name, tensor in written.items():
         offset = None if tensor is None else tensor.storage_offset()
-        if isinstance(offset, torch.SymInt) and not (offset.node.expr.is_Symbol or offset.node.expr.is_number):
+        # the offset's sympy expression (torch's SymNode.expr); a torch without it is not checked
+        expr = getattr(getattr(offset, "node", None), "expr", None) if isinstance(offset, torch.SymInt) else None
+        if expr is not None and not (getattr(expr, "is_Symbol", True) or getattr(expr, "is_number", True)):
             raise _ropepool.RopePoolError(
                 f"{name} is a view at a storage offset that depends on the compiled function's shapes "
-                f"({offset.node.expr} elements): torch.compile with dynamic shapes passes such a view to "
+                f"({expr} elements): torch.compile with dynamic shapes passes such a view to "
                 "the operator at offset 0 (pytorch/pytorch#198068), so its rows would be written at the "
                 "start of the tensor it views; make the offset static (torch._dynamo.mark_static on the "
                 "cache, a module buffer, or the pool itself as the function's input)")
