@@ -483,10 +483,11 @@ static void test_fast_kernels_round_subnormals_and_specials(void)
     }
 }
 
-/* Calls large enough for streaming stores (RP_STREAM_MIN_BYTES), with rows on cache lines so
- * that they stream, and shifted so that they cannot: within the bound, pools exact, nothing else
- * written, and bit-identical to the same tokens run as small calls with ordinary stores. The
- * variants cover the direct streaming path (segments of whole lines: NeoX 128, GPT-J 64 of 128),
+/* Calls large enough for streaming stores (RP_STREAM_MIN_BYTES), with rows on cache lines, and
+ * shifted off them (staged, streamed but for each row's partial first and last lines): within
+ * the bound, pools exact, nothing else written (the partial lines' other bytes included), and
+ * bit-identical to the same tokens run as small calls with ordinary stores. The variants cover the
+ * direct streaming path (segments of whole lines: NeoX 128, GPT-J 64 of 128; staged when shifted),
  * the staged one (NeoX 24 of 96, GPT-J 40 of 80) and none (bf16 NeoX 96: half a row is 1.5 lines);
  * bf16 also with QK-norm, which normalises inside the direct path's rotation (simd_norm_head) and
  * through a float32 row in the staged one. */

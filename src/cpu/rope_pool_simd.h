@@ -182,18 +182,30 @@ enum { SIMD_STREAM_ROWS = 1, SIMD_STREAM_POOL = 2, SIMD_STAGE = 4 };
  * and 4096), but 1.16x at T = 1, so small calls do not stage. Staging the whole row instead of
  * its rotated lines cost 1.13-1.21x the seed call's time at GPT-NeoX-20B's f32 T = 4096 (one
  * thread 1.39-1.53x); these lines alone, 0.96-1.05x (1.02-1.10x). Full-rotary calls keep the
- * seed's rule (no streaming, as for D = 96 in 16-bit types). */
+ * seed's rule (no streaming, as for D = 96 in 16-bit types). Rows off the cache lines (NumPy's
+ * large arrays and malloc's blocks start 16 bytes past one) are staged the same way, whole, and
+ * streamed from the scratch row but for their partial first and last lines (simd_copy_lines).
+ * Stored directly, every vector of such a row straddles two lines, each read for ownership: on the
+ * AVX-512 VM (Llama-3-8B f32, T = 1024, outputs 16 bytes past a line against on one, interleaved)
+ * 1.40-1.61x the time on lines at level avx512 and 1.17-1.30x at avx2; staged, 1.11-1.13x and
+ * 1.08-1.11x (bench/results/cpu-llama3-8b.md, stop 43). */
 static int simd_streaming(const rp_problem *p)
 {
     const int64_t elem = (int64_t)rp_dtype_size(p->dtype), R = p->rotary_dim;
     const int64_t segment = (p->style == RP_ROPE_GPTJ ? R : R / 2) * elem;
     if (!SIMD_STREAMING_STORES || (p->head_dim * elem) % SIMD_LINE != 0)
         return 0;
+    const int large = rp_cpu_bytes_moved(p) >= RP_STREAM_MIN_BYTES;
+    const int rows_on_lines = simd_rows_on_lines(p->q_rot, p->q_rot_stride, elem) &&
+                              simd_rows_on_lines(p->k_rot, p->k_rot_stride, elem);
+    const int can_stage = R / 2 <= SIMD_CHUNK && p->head_dim * elem <= SIMD_STAGE_BYTES;
     int mode = 0;
     if (segment % SIMD_LINE != 0) {
-        if (R == p->head_dim || R / 2 > SIMD_CHUNK || p->head_dim * elem > SIMD_STAGE_BYTES)
+        if (R == p->head_dim || !can_stage)
             return 0;
         mode = SIMD_STAGE;
+    } else if (large && !rows_on_lines && can_stage) {
+        mode = SIMD_STAGE; /* rows off the lines: see simd_copy_lines */
     }
     /* fp8 rows take 8 to 32 bytes a vector step: whole lines only when every rotated segment and
      * the pass-through part start on a line (R a multiple of 64 codes), and are not staged. */
@@ -203,9 +215,7 @@ static int simd_streaming(const rp_problem *p)
         simd_pool_rows_on_lines(p->k_pool, p->k_pool_stride, pool_elem) &&
         simd_pool_rows_on_lines(p->v_pool, p->v_pool_stride, pool_elem))
         mode |= SIMD_STREAM_POOL;
-    if (rp_cpu_bytes_moved(p) >= RP_STREAM_MIN_BYTES &&
-        simd_rows_on_lines(p->q_rot, p->q_rot_stride, elem) &&
-        simd_rows_on_lines(p->k_rot, p->k_rot_stride, elem))
+    if (large && (rows_on_lines || (mode & SIMD_STAGE)))
         mode |= SIMD_STREAM_ROWS;
     if ((mode & SIMD_STAGE) && !(mode & SIMD_STREAM_ROWS))
         return 0; /* staging for the pool rows alone does not pay (T = 1: 1.16x the time) */
@@ -216,6 +226,33 @@ static inline char *simd_pool_row(const rp_problem *p, void *pool, const int64_t
                                    int64_t head, int64_t pool_elem)
 {
     return (char *)pool + rp_pool_offset(p, stride, slot, head) * pool_elem;
+}
+
+/* `bytes` bytes from src to dst; with `stream`, dst's whole cache lines take streaming stores and
+ * its partial first and last lines (a row off the lines, or its neighbour's) memcpy's ordinary
+ * ones: AVX-512's masked byte stores there made the staged call slower than not staging at all
+ * (4.2-5.2 ms against 2.8-3.3 at T = 1024 above). */
+static RP_ALWAYS_INLINE void simd_copy_lines(int stream, char *dst, const char *src, int64_t bytes)
+{
+    int64_t head = stream ? (int64_t)(-(uintptr_t)dst % SIMD_LINE) : 0;
+    head = head < bytes ? head : bytes;
+    const int64_t body = (bytes - head) / SIMD_LINE * SIMD_LINE;
+    memcpy(dst, src, (size_t)head);
+    simd_copy(stream, dst + head, src + head, body);
+    memcpy(dst + head + body, src + head + body, (size_t)(bytes - head - body));
+}
+
+/* n float32 values narrowed to dt at dst, streamed as simd_copy_lines streams (through an L1 row
+ * when dst is off the lines; n * elem <= SIMD_STAGE_BYTES then: a staged call's row). */
+static RP_ALWAYS_INLINE void simd_narrow_lines(rp_dtype dt, int stream, char *dst, const float *src, int64_t n)
+{
+    if (!stream || (uintptr_t)dst % SIMD_LINE == 0) {
+        simd_narrow(dt, stream, dst, src, n);
+        return;
+    }
+    char row[SIMD_STAGE_BYTES] __attribute__((aligned(64)));
+    simd_narrow(dt, 0, row, src, n);
+    simd_copy_lines(stream, dst, row, n * (dt == RP_F32 ? 4 : 2));
 }
 
 /* n elements of dtype dt from src to a pool row of format pool_dt: a copy, or fp8 codes. */
@@ -361,7 +398,7 @@ static RP_ALWAYS_INLINE void simd_norm_head(const rp_problem *p, rp_dtype dt, rp
     rp_cpu_norm_apply(p, norm, hn.v, hn.rstd, y);
     simd_rotate_pairs(p, RP_F32, RP_F32, 0, 0, (const char *)y, (char *)out, NULL, 0, n, tc, ts, 1.0f, NULL);
     memcpy(out + R, y + R, (size_t)(D - R) * sizeof(float));
-    simd_narrow(dt, stream_dst, dst, out, D);
+    simd_narrow_lines(dt, stream_dst, dst, out, D);
     if (pool)
         simd_narrow_to_pool(dt, pool_dt, stream_pool, pool, out, D, inv_scale);
 }
@@ -390,7 +427,7 @@ static RP_ALWAYS_INLINE void simd_head(const rp_problem *p, rp_dtype dt, rp_dtyp
         const int64_t staged = (R * elem + SIMD_LINE - 1) / SIMD_LINE * SIMD_LINE, rest = D * elem - staged;
         simd_rotate_pairs(p, dt, pool_dt, 0, 0, src, row, fp8_pool, 0, n, tc, ts, inv_scale, NULL);
         simd_copy(0, row + R * elem, src + R * elem, staged - R * elem);
-        simd_copy(stream_dst, dst, row, staged);
+        simd_copy_lines(stream_dst, dst, row, staged);
         if (fp8_pool) {
             simd_to_fp8(dt, pool_dt, 0, (uint8_t *)pool + R, src + R * elem, D - R, inv_scale);
         } else if (pool) {
@@ -398,7 +435,7 @@ static RP_ALWAYS_INLINE void simd_head(const rp_problem *p, rp_dtype dt, rp_dtyp
             simd_copy(stream_pool, pool + staged, src + staged, rest);
         }
         if (dst != src)
-            simd_copy(stream_dst, dst + staged, src + staged, rest);
+            simd_copy_lines(stream_dst, dst + staged, src + staged, rest);
         return;
     }
     simd_rotate_pairs(p, dt, pool_dt, stream_dst, stream_pool, src, dst, pool, i0, n, tc, ts, inv_scale, NULL);
