@@ -1,5 +1,5 @@
 /*
- * example.c — the README's example: one call for a 4-token prefill chunk with Llama-3-8B heads,
+ * example.c — a complete version of the README's C example: one call for a 4-token prefill chunk with Llama-3-8B heads,
  * then the error a caller gets for a slot past the end of the pool.
  */
 #include <ropepool.h>
