@@ -188,7 +188,10 @@ enum { SIMD_STREAM_ROWS = 1, SIMD_STREAM_POOL = 2, SIMD_STAGE = 4 };
  * Stored directly, every vector of such a row straddles two lines, each read for ownership: on the
  * AVX-512 VM (Llama-3-8B f32, T = 1024, outputs 16 bytes past a line against on one, interleaved)
  * 1.40-1.61x the time on lines at level avx512 and 1.17-1.30x at avx2; staged, 1.11-1.13x and
- * 1.08-1.11x (bench/results/cpu-llama3-8b.md, stop 43). */
+ * 1.08-1.11x (bench/results/cpu-llama3-8b.md, stop 43). Not for rows under 8 lines (bf16 heads of
+ * 128: the two partial lines are a third of the row; staged, no faster) nor for 16-bit QK-norm
+ * calls, whose staged rows lose the normalisation inside the rotation (simd_norm_head; Qwen3-8B
+ * shapes in bf16, T = 1024: 1.32-1.38x the time on lines staged, 0.99-1.17x not). */
 static int simd_streaming(const rp_problem *p)
 {
     const int64_t elem = (int64_t)rp_dtype_size(p->dtype), R = p->rotary_dim;
@@ -204,8 +207,9 @@ static int simd_streaming(const rp_problem *p)
         if (R == p->head_dim || !can_stage)
             return 0;
         mode = SIMD_STAGE;
-    } else if (large && !rows_on_lines && can_stage) {
-        mode = SIMD_STAGE; /* rows off the lines: see simd_copy_lines */
+    } else if (large && !rows_on_lines && can_stage && p->head_dim * elem >= 8 * SIMD_LINE &&
+               !(rp_has_qk_norm(p) && elem == 2)) {
+        mode = SIMD_STAGE; /* rows off the lines: see above */
     }
     /* fp8 rows take 8 to 32 bytes a vector step: whole lines only when every rotated segment and
      * the pass-through part start on a line (R a multiple of 64 codes), and are not staged. */
