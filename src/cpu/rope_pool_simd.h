@@ -202,14 +202,15 @@ static int simd_streaming(const rp_problem *p)
     const int rows_on_lines = simd_rows_on_lines(p->q_rot, p->q_rot_stride, elem) &&
                               simd_rows_on_lines(p->k_rot, p->k_rot_stride, elem);
     const int can_stage = R / 2 <= SIMD_CHUNK && p->head_dim * elem <= SIMD_STAGE_BYTES;
+    /* rows off the lines stream, staged, where that was measured to pay (see above) */
+    const int off_lines_stream = can_stage && p->head_dim * elem >= 8 * SIMD_LINE && !(rp_has_qk_norm(p) && elem == 2);
     int mode = 0;
     if (segment % SIMD_LINE != 0) {
         if (R == p->head_dim || !can_stage)
             return 0;
         mode = SIMD_STAGE;
-    } else if (large && !rows_on_lines && can_stage && p->head_dim * elem >= 8 * SIMD_LINE &&
-               !(rp_has_qk_norm(p) && elem == 2)) {
-        mode = SIMD_STAGE; /* rows off the lines: see above */
+    } else if (large && !rows_on_lines && off_lines_stream) {
+        mode = SIMD_STAGE;
     }
     /* fp8 rows take 8 to 32 bytes a vector step: whole lines only when every rotated segment and
      * the pass-through part start on a line (R a multiple of 64 codes), and are not staged. */
@@ -219,7 +220,7 @@ static int simd_streaming(const rp_problem *p)
         simd_pool_rows_on_lines(p->k_pool, p->k_pool_stride, pool_elem) &&
         simd_pool_rows_on_lines(p->v_pool, p->v_pool_stride, pool_elem))
         mode |= SIMD_STREAM_POOL;
-    if (large && (rows_on_lines || (mode & SIMD_STAGE)))
+    if (large && (rows_on_lines || ((mode & SIMD_STAGE) && off_lines_stream)))
         mode |= SIMD_STREAM_ROWS;
     if ((mode & SIMD_STAGE) && !(mode & SIMD_STREAM_ROWS))
         return 0; /* staging for the pool rows alone does not pay (T = 1: 1.16x the time) */
