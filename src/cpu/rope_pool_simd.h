@@ -187,11 +187,12 @@ enum { SIMD_STREAM_ROWS = 1, SIMD_STREAM_POOL = 2, SIMD_STAGE = 4 };
  * streamed from the scratch row but for their partial first and last lines (simd_copy_lines).
  * Stored directly, every vector of such a row straddles two lines, each read for ownership: on the
  * AVX-512 VM (Llama-3-8B f32, T = 1024, outputs 16 bytes past a line against on one, interleaved)
- * 1.40-1.61x the time on lines at level avx512 and 1.17-1.30x at avx2; staged, 1.11-1.13x and
- * 1.08-1.11x (bench/results/cpu-llama3-8b.md, stop 43). Not for rows under 8 lines (bf16 heads of
- * 128: the two partial lines are a third of the row; staged, no faster) nor for 16-bit QK-norm
- * calls, whose staged rows lose the normalisation inside the rotation (simd_norm_head; Qwen3-8B
- * shapes in bf16, T = 1024: 1.32-1.38x the time on lines staged, 0.99-1.17x not). */
+ * 1.28-1.53x the time on lines at level avx512 (with QK-norm 1.47x) and 1.24-1.30x at avx2;
+ * staged, 1.05-1.15x (1.05x) and 1.07-1.10x (bench/results/cpu-llama3-8b.md, stop 43). Not for
+ * rows under 8 lines (bf16 heads of 128: the two partial lines are a third of the row; staged, no
+ * faster) nor for 16-bit QK-norm calls, whose staged rows lose the normalisation inside the
+ * rotation (simd_norm_head; Qwen3-8B shapes in bf16, T = 1024: 1.32-1.38x the time on lines
+ * staged, 0.99-1.17x not). */
 static int simd_streaming(const rp_problem *p)
 {
     const int64_t elem = (int64_t)rp_dtype_size(p->dtype), R = p->rotary_dim;
