@@ -103,12 +103,6 @@ _READ = ("q_norm_weight", "k_norm_weight", "inv_freq", "k_scale", "v_scale")
 _WRITTEN = ("q_out", "k_out")
 
 
-def _refuse_grad(q, k, v, positions, slots, k_pool, v_pool, **keywords):
-    read = dict(q=q, k=k, v=v, **{name: keywords.get(name) for name in _READ})
-    written = dict(k_pool=k_pool, v_pool=v_pool, **{name: keywords.get(name) for name in _WRITTEN})
-    _ropepool._check_autograd(read, written)
-
-
 # torch.compile with dynamic shapes hands the operator a view made inside the compiled function
 # (kv[1], k_cache[layer]) at storage offset 0 when that offset depends on the shapes: its
 # re-inplacing rebuilds the view from its base with aten.sym_storage_offset, which Inductor lowers
@@ -116,8 +110,7 @@ def _refuse_grad(q, k, v, positions, slots, k_pool, v_pool, **keywords):
 # another layer's rows, silently. Such an offset is a product or sum of shape symbols; a tensor that
 # is itself an input of the compiled function keeps its own offset (one symbol, or a number), which
 # is passed as it is.
-def _refuse_shape_dependent_views(k_pool, v_pool, **keywords):
-    written = dict(k_pool=k_pool, v_pool=v_pool, **{name: keywords.get(name) for name in _WRITTEN})
+def _refuse_shape_dependent_views(written):
     for name, tensor in written.items():
         offset = None if tensor is None else tensor.storage_offset()
         # the offset's sympy expression (torch's SymNode.expr); a torch without it is not checked
@@ -131,15 +124,21 @@ def _refuse_shape_dependent_views(k_pool, v_pool, **keywords):
                 "cache, a module buffer, or the pool itself as the function's input)")
 
 
-def _fake(q, k, v, positions, slots, k_pool, v_pool, **keywords):
-    _refuse_grad(q, k, v, positions, slots, k_pool, v_pool, **keywords)
-    _refuse_shape_dependent_views(k_pool, v_pool, **keywords)
+def _trace_checks(q, k, v, positions, slots, k_pool, v_pool, **keywords):
+    """What the fake kernels refuse: autograd (above), then shape-dependent views."""
+    read = dict(q=q, k=k, v=v, **{name: keywords.get(name) for name in _READ})
+    written = dict(k_pool=k_pool, v_pool=v_pool, **{name: keywords.get(name) for name in _WRITTEN})
+    _ropepool._check_autograd(read, written)
+    _refuse_shape_dependent_views(written)
+
+
+def _fake(q, k, *args, **keywords):
+    _trace_checks(q, k, *args, **keywords)
     return _fresh(q), _fresh(k)
 
 
-def _fake_out(q, k, v, positions, slots, k_pool, v_pool, **keywords):
-    _refuse_grad(q, k, v, positions, slots, k_pool, v_pool, **keywords)
-    _refuse_shape_dependent_views(k_pool, v_pool, **keywords)
+def _fake_out(*args, **keywords):
+    _trace_checks(*args, **keywords)
     return None
 
 

@@ -80,15 +80,19 @@ static int numpy_is_array(PyObject *obj)
     return PyArray_Check(obj);
 }
 
-/* Whether obj is a numpy.ma.MaskedArray (asked of ndarray subclasses only). */
+/* Whether obj is a numpy.ma.MaskedArray (asked of ndarray subclasses only: np.memmap's calls
+ * too, so the type is looked up once). 1, 0, or -1 with an exception. */
 static int is_masked(PyObject *obj)
 {
-    PyObject *ma = PyImport_ImportModule("numpy.ma");
-    PyObject *masked = ma ? PyObject_GetAttrString(ma, "MaskedArray") : NULL;
-    const int result = masked ? PyObject_IsInstance(obj, masked) : -1;
-    Py_XDECREF(masked);
-    Py_XDECREF(ma);
-    return result;
+    static PyObject *masked_type;
+    if (masked_type == NULL) {
+        PyObject *ma = PyImport_ImportModule("numpy.ma");
+        masked_type = ma ? PyObject_GetAttrString(ma, "MaskedArray") : NULL;
+        Py_XDECREF(ma);
+        if (masked_type == NULL)
+            return -1;
+    }
+    return PyObject_IsInstance(obj, masked_type);
 }
 
 static int numpy_to_tensor(PyObject *obj, const char *name, rp_tensor *t)
