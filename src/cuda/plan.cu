@@ -34,9 +34,14 @@ enum {
      * warps instead, or a power-of-two part of one packed with other tokens, each thread serving
      * at least this many heads: 2-35% faster from T = 6144 (ropepool-bench, cold); at T = 2048-4096,
      * below the threshold, up to 27% slower (bench/results/plan-h200.md). Whole warps of fewer
-     * heads a thread (96 threads of 28/4/128) measured the same either way and are left so. */
+     * heads a thread (96 threads of 28/4/128) measured the same either way and are left so. Three,
+     * not four: MLA at TP 8 (25 heads of 64) then takes a warp a token (3.1 heads a thread)
+     * instead of 16 threads (6.3), 10% / 5% / 2% faster at T = 8192 / 16384 / 65536, and each other
+     * shape the change moves (24/1/64, 8/2/128, 8/8/64, 32/8/80, 16/2/96, f32 4/1/128 and
+     * 12/4/96) 0-22% faster (an H100, bench/results/cuda-h100-stop44-deep.md); 8/1/128 and
+     * 32/4/64 keep their geometry. */
     DEEP_CALL_TOKENS_PER_SM = 40,
-    DEEP_CALL_HEADS_PER_THREAD = 4,
+    DEEP_CALL_HEADS_PER_THREAD = 3,
     MIN_LARGE_CALL_BLOCK_THREADS = 64, /* below, several tokens share a block; one measured best */
     /* Decode: a token's groups are split over blocks of this many (or 2); four groups (D = 64 in
      * 16-bit) in one block ran 4-27% faster than two blocks of two at T = 1-256 on 32/4/64, 8/1/64

@@ -231,15 +231,16 @@ static void test_v_head_dim(void)
 
 /* Calls deep enough (T = 8192: 40 tokens or more per multiprocessor on GPUs of up to 204) for
  * plan.cu's deep-call geometry, on the shapes it changes (few heads a token: several tokens a
- * block, 8-32 threads a token, 4-6 heads a thread): Llama-style heads, MLA's latent row flat and
- * paged, fp8 pools. */
+ * block, 8-32 threads a token, 3-6 heads a thread, heads of 6 lanes): Llama-style heads, MLA's
+ * latent row flat and paged, fp8 pools. */
 static void test_deep_calls_with_few_heads(void)
 {
     static const rope_variant gptj = {RP_ROPE_GPTJ, 0, TABLE_F64, 1.2};
-    static const int64_t dims[][4] = {{8, 1, 128, 128}, {32, 4, 64, 64}, {24, 1, 64, 64}, {16, 1, 64, 512}};
+    static const int64_t dims[][4] = {{8, 1, 128, 128}, {32, 4, 64, 64}, {24, 1, 64, 64}, {16, 1, 64, 512},
+                                      {16, 2, 96, 96}};
     const int64_t T = test_quick() ? 40 : 8192;
     for (int d = 0; d < 3; d++)
-        for (int s = 0; s < 4; s++) {
+        for (int s = 0; s < 5; s++) {
             const int latent = s == 3, fp8 = (d + s) % 2;
             const pool_case c = {dtypes[d], fp8 ? RP_F8_E4M3 : dtypes[d], latent && d == 2 ? RP_KV_NHD : RP_KV_FLAT,
                                  latent && d == 2 ? 64 : 1, T, dims[s][0], dims[s][1], dims[s][2], dims[s][3], 0,
