@@ -1,6 +1,6 @@
 /*
- * example.c — a complete version of the README's C example: one call for a 4-token prefill chunk with Llama-3-8B heads,
- * then the error a caller gets for a slot past the end of the pool.
+ * example.c — a complete version of the README's C example: one call for a 4-token prefill chunk
+ * with Llama-3-8B heads, then the error a caller gets for a slot past the end of the pool.
  */
 #include <ropepool.h>
 
