@@ -9,8 +9,15 @@ export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig:$work/prefix/lib64/pkgconfig"
 cmake -S "$source/tests/install" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$work/prefix" \
       -DEXAMPLE_SOURCE="$source/examples/example.c" > "$work/configure.log"
 cmake --build "$work/consumer" > "$work/build.log"
+# As on a machine without the CUDA toolkit: the shared library carries cudart, so its package is
+# found and linked without one (the static library's users need the toolkit).
+cmake -S "$source/tests/install" -B "$work/consumer-no-cuda" -DCMAKE_PREFIX_PATH="$work/prefix" \
+      -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON -DSHARED_ONLY=ON \
+      -DEXAMPLE_SOURCE="$source/examples/example.c" > "$work/configure-no-cuda.log"
+cmake --build "$work/consumer-no-cuda" > "$work/build-no-cuda.log"
+! grep -q cudart "$work/consumer-no-cuda/CMakeFiles/example_cmake.dir/link.txt"
 export LD_LIBRARY_PATH="$work/prefix/lib:$work/prefix/lib64"
-for exe in "$work"/consumer/example_*; do
+for exe in "$work"/consumer/example_* "$work"/consumer-no-cuda/example_*; do
   "$exe" > "$work/run.log"
   grep -q "second call: RP_ERR_SLOT_OUT_OF_RANGE" "$work/run.log"
   echo "ok: $(basename "$exe")"
