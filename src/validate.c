@@ -292,7 +292,7 @@ static rp_status check_norm(const rp_rope_pool_args *a, rp_err *err)
     if (data[0] == NULL && data[1] == NULL) {
         if (a->norm_eps != 0.0 || a->norm_weight_offset != 0.0)
             return rp_fail(err, bad, "norm_eps %g and norm_weight_offset %g need q_norm_weight or "
-                           "k_norm_weight: both are NULL", a->norm_eps, a->norm_weight_offset);
+                           "k_norm_weight, and neither is given", a->norm_eps, a->norm_weight_offset);
         return RP_OK;
     }
     if (!(isfinite(a->norm_eps) && a->norm_eps > 0.0))

@@ -233,7 +233,8 @@ static int scalar_arguments(PyObject *const values[NUM_PARAMS], rp_rope_pool_arg
         return rpy_refuse("attention_scaling must be positive and finite (default 1.0), got %R",
                           values[P_ATTENTION_SCALING]);
     if (values[P_NORM_EPS] != NULL && a->norm_eps == 0.0)
-        return rpy_refuse("norm_eps must be a positive finite number (None = 1e-6 with a QK-norm weight), got %R",
+        return rpy_refuse("norm_eps must be a positive finite number with a QK-norm weight (the model's "
+                          "rms_norm_eps, e.g. 1e-06; None = 1e-6), got %R",
                           values[P_NORM_EPS]);
     /* The library reads a zero section as "no mRoPE"; from Python, None is that. */
     const int32_t *sec = a->mrope_section;

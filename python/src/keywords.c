@@ -262,7 +262,8 @@ int rpy_scale(PyObject *obj, const char *name, rp_device device, double *value, 
     const int host = t.device.type == RP_DEVICE_CPU;
     if (element_count(&t) != 1 || (t.dtype != RP_F32 && (t.dtype != RP_F64 || !host)))
         return rpy_refuse("%s must be a number or a one-element float32 array (float64 on the host), got %lld "
-                          "elements of %s", name, (long long)element_count(&t), rp_dtype_name((rp_dtype)t.dtype));
+                          "element%s of %s", name, (long long)element_count(&t), element_count(&t) == 1 ? "" : "s",
+                          rp_dtype_name((rp_dtype)t.dtype));
     if (host) {
         *value = host_element(&t, 0); /* read now: the call uses the value it has at this moment */
         return explicit_scale(name, *value);

@@ -224,7 +224,8 @@ def test_an_explicit_zero_norm_eps_is_refused(ropepool, np_fw):
     """0 is C's "not set": from Python it would have been ignored without a weight."""
     p = Problem(np_fw)
     expect_refusal(ropepool, np_fw, p.arrays(), p.kwargs(norm_eps=0.0),
-                   "norm_eps must be a positive finite number (None = 1e-6 with a QK-norm weight), got 0.0")
+                   "norm_eps must be a positive finite number with a QK-norm weight (the model's rms_norm_eps, "
+                   "e.g. 1e-06; None = 1e-6), got 0.0")
 
 
 def test_a_callers_flush_to_zero_mode_changes_no_result(ropepool, torch_fw, torch):

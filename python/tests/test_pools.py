@@ -139,7 +139,7 @@ def test_fp8_pools_hold_the_rounded_scaled_values(ropepool, kvpool, fw, fp8_name
     (dict(k_scale=np.ones(2, np.float32)), "k_scale must be a number or a one-element float32 array (float64 on "
      "the host), got 2 elements of float32"),
     (dict(v_scale=np.ones(1, np.int32)), "v_scale must be a number or a one-element float32 array (float64 on "
-     "the host), got 1 elements of int32"),
+     "the host), got 1 element of int32"),
 ])
 def test_bad_pool_values_are_named(ropepool, np_fw, kwargs, message):
     p = Problem(np_fw)
