@@ -81,7 +81,8 @@ RP_API const char *rp_status_string(rp_status status);
 /* Element types. Only F32/F16/BF16 (data) and I32/I64 (positions, slots) are accepted; the others
  * exist so that a binding can pass any array and get the library's own error message. */
 typedef enum rp_dtype {
-    RP_DTYPE_UNSET = 0, /* zero-initialised tensor: rejected with "dtype is not set" */
+    RP_DTYPE_UNSET = 0, /* zero-initialised tensor: rejected, by the seed's dtype checks where the
+                           others are set ("q/k/v dtypes must match"), else "q dtype is not set" */
     RP_F32 = 1,
     RP_F16 = 2,
     RP_BF16 = 3,
@@ -182,7 +183,8 @@ typedef struct rp_context rp_context;
 #define RP_CONTEXT_CUDA 0x1u /* prepare for calls on CUDA device cuda_device */
 
 typedef struct rp_context_options {
-    int32_t num_threads; /* CPU threads per call, the caller's included; 0 = one per online CPU */
+    int32_t num_threads; /* CPU threads per call, the caller's included, at most 4096; 0 = one
+                            per online CPU (up to 1024) */
     uint32_t flags;      /* RP_CONTEXT_* */
     int32_t cuda_device; /* with RP_CONTEXT_CUDA: the device whose calls this context serves */
     uint32_t reserved[5]; /* must be 0 */
@@ -334,7 +336,7 @@ typedef struct rp_rope_pool_args {
  * precision, once per (token, frequency), and shared by all Hq + Hk heads; c and n are formed in
  * float64 and rounded to float32 once. Every rotated output is within one ulp of its dtype plus
  * 8 * 2^-24 * s * (|x[a]| + |x[b]|) of the same formula evaluated in float64 with the table as
- * given (a float32 table is used exactly, as float64), at any int32 position (with s > 1: where
+ * given (a float32 table is used exactly, as float64), at any int32 or int64 position (with s > 1: where
  * s * (|x[a]| + |x[b]|) stays below the float32 maximum, 3.4e38; beyond it the float32 products
  * may overflow to infinity, or to NaN where two infinities cancel, though the float64 result is
  * finite, and an fp8 pool stores the code of what resulted). The pass-through
@@ -412,13 +414,12 @@ typedef struct rp_rope_pool_args {
  * (with kv_layout, the pool rank and shape checks name the layout; with v_head_dim, v's and
  * v_pool's; the last one stands for every pool dtype that is not fp8), then ours: dtypes,
  * head_dim and counts, rope_base, extension fields (style, rotary_dim, each inv_freq entry,
- * attention_scaling (a normal float32 value), mrope_section and mrope_interleaved, k_scale /
- * v_scale: > 0 with 1 / scale a normal float32,
- * other than 1 only with fp8 pools; a pointer's value is checked on the CPU before anything is
- * written; the QK-norm weights' dtypes, alignment, norm_eps and norm_weight_offset), output
- * shapes and dtypes,
- * devices, NULL data, alignment, strides, read-only outputs, overlaps, and last the slot values
- * (any slot >= P = num_blocks * block_size, and a slot named by two tokens).
+ * attention_scaling (a normal float32 value), mrope_section and mrope_interleaved; the QK-norm
+ * weights' dtypes, alignment, norm_eps and norm_weight_offset; k_scale / v_scale: > 0 with
+ * 1 / scale a normal float32, other than 1 only with fp8 pools, a pointer's value checked on the
+ * CPU before anything is written), output shapes and dtypes, devices, read-only outputs, NULL
+ * data, alignment, strides, overlaps, and last the slot values (any slot >= P = num_blocks *
+ * block_size, and a slot named by two tokens).
  *
  * Devices: every tensor must be on one device. CPU tensors run on the CPU backend (threads from
  * ctx, which may be NULL: then the call runs on the caller's thread alone and recomputes the
