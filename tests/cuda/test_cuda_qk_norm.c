@@ -161,8 +161,11 @@ static void test_normalised_calls_match_float64_and_the_cpu(void)
 {
     /* 12/4/128: 20 heads, which the decode kernel splits into two blocks of 12 (plan.cu), the last
      * part empty. T = 160: the decode kernel past a token a multiprocessor (132 on an H200), its
-     * blocks in head chunks. */
-    static const int64_t shapes[][3] = {{32, 8, 128}, {16, 8, 256}, {12, 4, 128}, {8, 1, 64}, {4, 2, 32}};
+     * blocks in head chunks. The ends of the head_dim range the README names: 16 and 512 in 16-bit
+     * types (one and 32 lanes a head), 8 and 256 in float32; 8 in 16-bit types and 512 in float32
+     * are refused. */
+    static const int64_t shapes[][3] = {{32, 8, 128}, {16, 8, 256}, {12, 4, 128}, {8, 1, 64}, {4, 2, 32},
+                                        {2, 1, 512}, {4, 2, 16}, {4, 2, 8}};
     const int64_t Ts[] = {1, 7, 160, 300, 1500};
     int64_t same = 0, total = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
