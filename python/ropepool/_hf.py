@@ -95,7 +95,10 @@ def _field(config, name, default=None):
     if isinstance(config, Mapping):
         value = config.get(name, None)
     else:
-        value = getattr(config, name, None)
+        try:
+            value = getattr(config, name, None)
+        except Exception as e:  # a property that refuses (Gemma 4's per-layer head_dim: a RuntimeError)
+            raise _error(f"config {name} could not be read: {type(e).__name__}: {e}") from None
     return default if value is None else value
 
 
@@ -147,6 +150,7 @@ def _rope_parameters(text, model_type, layer_type):
     if model_type == "phi3" and rope_type in ("su", "yarn"):
         rope_type = "longrope"  # Phi3Config's own renaming
     if rope_type == "mrope":
+        params["mrope"] = True  # hf_rope_kwargs serves it for the Qwen-VL family only
         rope_type = "default"  # Qwen2-VL's old spelling: the table is the default one
     params["rope_type"] = rope_type
     if model_type == "chatglm":
@@ -325,6 +329,14 @@ def hf_rope_parameters(config, *, seq_len=None, layer_type=None):
     a missing required field, raises RopePoolError naming it. DeepSeek's rotary_dim is
     qk_rope_head_dim, and its softmax scale (mscale_all_dim squared) is the attention's business,
     not the rotary's: attention_scaling is transformers' rotary one.
+
+    Checked against transformers 5.25's rotary classes for every model type it ships (stop 45):
+    the model types of hf_rope_kwargs' table agree in every rope type. Others are read by the
+    same rules, which some families' own code departs from: a default rope that ignores
+    partial_rotary_factor (most families outside the table: their configs do not set it),
+    Ernie 4.5 VL's table reordered for its 3-D rope. There, compare with the model's
+    ``rotary_emb.inv_freq``. With one rope per layer type, a layer's YaRN ``truncate`` is used as
+    given; transformers 5.25 reads ``truncate`` from the top level there, so it always truncates.
     """
     _, _, _, fields = _read(config, seq_len, layer_type)
     inv_freq, attention_scaling = _ropepool._hf_rope_frequencies(**fields)
@@ -351,6 +363,10 @@ def hf_rope_kwargs(config, *, seq_len=None, layer_type=None):
     kwargs = {"inv_freq": np.array(inv_freq, dtype=np.float64),
               "attention_scaling": attention_scaling,
               "rotary_dim": fields["rotary_dim"], "is_neox": is_neox}
+    if model_type not in _MROPE and (params.get("mrope") or params.get("mrope_section") is not None):
+        raise _error(f"this config asks for multimodal RoPE (rope type 'mrope' or an mrope_section), which "
+                     f"ropepool reads for {', '.join(sorted(_MROPE))} only, not model type '{model_type}': "
+                     "pass mrope_section yourself")
     if model_type in _MROPE:
         default_section, interleaved = _MROPE[model_type]
         kwargs["mrope_section"] = [int(s) for s in params.get("mrope_section", default_section)]

@@ -391,6 +391,33 @@ def test_mrope_keywords_follow_transformers_qwen_vl_code(ropepool):
     assert "mrope_section" not in ropepool.hf_rope_kwargs(family("qwen2"))
 
 
+@pytest.mark.parametrize("rope", [dict(type="mrope", mrope_section=[16, 24, 24]), dict(type="mrope"),
+                                  dict(rope_type="default", mrope_section=[16, 24, 24])])
+def test_mrope_outside_the_qwen_vl_family_is_refused(ropepool, rope):
+    """Llama's rotary class raises KeyError on type mrope; a section the keywords would drop
+    silently is refused instead. hf_rope_parameters (the table alone) still answers."""
+    config = dict(model_type="llama", hidden_size=4096, num_attention_heads=32, rope_theta=5e5, rope_scaling=rope)
+    with pytest.raises(ropepool.RopePoolError, match="multimodal RoPE .* not model type 'llama'"):
+        ropepool.hf_rope_kwargs(config)
+    plain = dict(config, rope_scaling=None)
+    assert np.array_equal(ropepool.hf_rope_parameters(config)[0], ropepool.hf_rope_parameters(plain)[0])
+
+
+def test_a_config_attribute_that_raises_is_named(ropepool):
+    """transformers' Gemma 4 text config raises a RuntimeError for a per-layer head_dim."""
+    class Config:
+        model_type = "llama"
+        hidden_size, num_attention_heads, rope_theta = 4096, 32, 5e5
+
+        @property
+        def head_dim(self):
+            raise RuntimeError("head_dim differs per layer type")
+
+    with pytest.raises(ropepool.RopePoolError,
+                       match="config head_dim could not be read: RuntimeError: head_dim differs per layer type"):
+        ropepool.hf_rope_kwargs(Config())
+
+
 def test_deepseek_kwargs_are_mla_rope_part_with_yarn(ropepool):
     kw = ropepool.hf_rope_kwargs(fixture_config("deepseek-v3"))
     assert kw["rotary_dim"] == 64 and kw["is_neox"] is False and kw["attention_scaling"] == 1.0
