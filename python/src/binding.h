@@ -51,6 +51,9 @@ int rpy_torch_is_capturing(void);
 int rpy_torch_current_device(void);
 /* How torch tensors are read: "native", "exchange" or "surface"; NULL while torch is not imported. */
 const char *rpy_torch_reader(void);
+/* 1 if obj is an instance of a subclass of torch.Tensor other than Parameter (FakeTensor,
+ * FunctionalTensor: what tracers pass; or a caller's own), else 0. Plain tensors answer at once. */
+int rpy_torch_subclass(PyObject *obj);
 
 /* ---- contexts --------------------------------------------------------------------------------- */
 

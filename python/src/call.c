@@ -385,8 +385,8 @@ static int output_arguments(const rpy_framework *fw, PyObject *const values[NUM_
     return 0;
 }
 
-/* The library names the outputs q_rot and k_rot; a caller who passed q_out / k_out reads those
- * names instead. Rewrites whole words in place (same lengths). */
+/* The library names the outputs q_rot and k_rot; Python's keywords for them are q_out / k_out
+ * (and its in-place form q_out = q). Rewrites whole words in place (same lengths). */
 static void name_caller_outputs(char *message)
 {
     static const char *const from[2] = {"q_rot", "k_rot"}, *const to[2] = {"q_out", "k_out"};
@@ -564,16 +564,18 @@ static int prepare(PyObject *const values[NUM_PARAMS], prepared_call *c, unsigne
 
 /* A call whose q is a torch FakeTensor (non-strict torch.export, make_fx and other tracers run the
  * model on them; Dynamo traces call_op itself) has no memory to describe: it is traced as the
- * operator, through ropepool.torch_op.call_op with the caller's arguments. Otherwise, or if torch
- * cannot say, NULL with the call's own exception left as it was. */
-static PyObject *traced_call(PyObject *q, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+ * operator, through ropepool.torch_op.call_op with the caller's arguments. */
+static PyObject *is_fake, *call_op; /* torch._subclasses.fake_tensor.is_fake, torch_op.call_op */
+
+/* Whether q is a FakeTensor (1) or not, or torch cannot say (0). An exception pending on entry is
+ * pending on return. */
+static int is_traced(PyObject *q)
 {
-    static PyObject *is_fake, *call_op; /* torch._subclasses.fake_tensor.is_fake, torch_op.call_op */
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback); /* held while torch is asked, which may clear errors */
     if (!rpy_torch.is_array(q)) {
         PyErr_Restore(type, value, traceback);
-        return NULL;
+        return 0;
     }
     if (is_fake == NULL) {
         PyObject *fake = PyImport_ImportModule("torch._subclasses.fake_tensor");
@@ -591,13 +593,17 @@ static PyObject *traced_call(PyObject *q, PyObject *const *args, Py_ssize_t narg
     const int traced = fake != NULL && PyObject_IsTrue(fake) == 1;
     Py_XDECREF(fake);
     PyErr_Clear();
-    if (!traced) {
-        PyErr_Restore(type, value, traceback);
+    PyErr_Restore(type, value, traceback);
+    return traced;
+}
+
+/* A call whose arguments could not be read: traced as the operator if q is fake, else NULL with
+ * the call's own exception left as it was. */
+static PyObject *traced_call(PyObject *q, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (!is_traced(q))
         return NULL;
-    }
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(traceback);
+    PyErr_Clear();
     return PyObject_Vectorcall(call_op, args, (size_t)nargs, kwnames);
 }
 
@@ -611,6 +617,10 @@ PyObject *rpy_rope_pool_fused(PyObject *module, PyObject *const *args, Py_ssize_
     prepared_call c;
     if (parse_arguments(args, PyVectorcall_NARGS(nargs), kwnames, values) < 0)
         return NULL;
+    /* A tracer's tensors are subclasses: asked before anything is read, since reading a traced
+     * size would fix it (torch.export's dynamic T would become a constant). */
+    if (!rpy_numpy.is_array(values[P_Q]) && rpy_torch_subclass(values[P_Q]) && is_traced(values[P_Q]))
+        return PyObject_Vectorcall(call_op, args, (size_t)nargs, kwnames);
     if (prepare(values, &c, stamps) < 0)
         return traced_call(values[P_Q], args, nargs, kwnames);
     char message[MESSAGE_SIZE];
@@ -621,8 +631,7 @@ PyObject *rpy_rope_pool_fused(PyObject *module, PyObject *const *args, Py_ssize_
     stamp(stamps, ST_LIBRARY);
     PyObject *result = NULL;
     if (st != RP_OK) {
-        if (values[P_Q_OUT] != NULL || values[P_K_OUT] != NULL)
-            name_caller_outputs(message);
+        name_caller_outputs(message); /* Python's in-place form is q_out = q, whether given or not */
         rpy_raise(st, message);
     } else {
         /* Written in place: the pools, and q_out / k_out when the caller gave them. */

@@ -147,6 +147,14 @@ const char *rpy_torch_reader(void)
     return !find_torch() ? NULL : native ? "native" : exchange ? "exchange" : "surface";
 }
 
+int rpy_torch_subclass(PyObject *obj)
+{
+    PyTypeObject *type = Py_TYPE(obj);
+    if (type == tensor_type || (type == parameter_type && type != NULL))
+        return 0;
+    return torch_is_array(obj);
+}
+
 /* ---- the framework ------------------------------------------------------------------------------- */
 
 /* 1 if fn(obj) is True, 0 if False or fn is NULL, -1 on error. fn is a method descriptor or a

@@ -248,8 +248,8 @@ def test_pool_sharing_memory_with_an_input_is_refused(ropepool, fw):
     arrays = p.arrays()
     arrays[2] = p.v_pool[:6]  # v read from the pool it is written to
     expect_refusal(ropepool, fw, arrays, p.kwargs(),
-                   "v_pool overlaps v: outputs may share memory with inputs only as q_rot = q or "
-                   "k_rot = k (same data, shape and strides)", status="RP_ERR_OVERLAP")
+                   "v_pool overlaps v: outputs may share memory with inputs only as q_out = q or "
+                   "k_out = k (same data, shape and strides)", status="RP_ERR_OVERLAP")
 
 
 def test_misaligned_data_gets_the_librarys_message(ropepool, np_fw):

@@ -322,11 +322,17 @@ def test_exported_module_calls_the_operator_and_writes_its_pool_buffers(ropepool
             return q_rot, k_rot
 
     inputs = tuple(p.arrays()[:5])
-    program = torch.export.export(Layer(), inputs, strict=strict)
+    # T dynamic: the call must not read (and so fix) a traced size before it hands over to the operator
+    tokens = torch.export.Dim("T", min=2, max=64)
+    program = torch.export.export(Layer(), inputs, strict=strict, dynamic_shapes=tuple({0: tokens} for _ in inputs))
     assert "torch.ops.ropepool.rope_pool_fused.default(" in program.graph_module.code
     exported, eager = program.module(), Layer()
     got, want = exported(*inputs), eager(*inputs)
     assert eager.v_pool.any()
+    assert_same([*got, exported.k_pool, exported.v_pool], [*want, eager.k_pool, eager.v_pool])
+    longer = problem("cpu", T=7, Hq=4, Hk=2, D=16, P=24)  # another T, through the same program
+    longer_inputs = tuple(longer.arrays()[:5])
+    got, want = exported(*longer_inputs), eager(*longer_inputs)
     assert_same([*got, exported.k_pool, exported.v_pool], [*want, eager.k_pool, eager.v_pool])
 
 
