@@ -16,14 +16,14 @@ into those buffers when the primitive is evaluated, so treat the pools passed in
 read the cache through the returned arrays, as sglang does. A lazy read of a pool passed in that
 is not evaluated before the results are (``old = v_pool * 1``, attention over the previous cache)
 may see the new rows: MLX does not order an earlier reader of a shared buffer before the write.
-Evaluate such reads first.
+Evaluate such reads first: ``mx.eval``, or ``mx.async_eval`` on the CPU stream (the call waits for
+what is queued there before it writes); a read queued on another stream needs ``mx.eval``.
 
 Evaluation runs ropepool's CPU backend (its worker threads, ROPEPOOL_NUM_THREADS) on the thread
-that evaluates the graph, so that a refusal reaches ``mx.eval`` as itself; when an input is computed
-in the same evaluation, it first waits for the CPU stream to finish it (one synchronisation, a few
-microseconds; inputs that are already evaluated cost none). The primitive is always put on the CPU
-stream. On a GPU default stream (Apple silicon) that still works: memory is unified, so nothing is
-copied, but the CPU waits for the GPU work that produces q, k, v, the GPU work that reads the
+that evaluates the graph, so that a refusal reaches ``mx.eval`` as itself, after waiting for the CPU
+stream (one synchronisation: inputs computed in the same evaluation and earlier reads of the pools
+finish first). The primitive is always put on the CPU stream. On a GPU default stream (Apple
+silicon) that still works: memory is unified, so nothing is copied, but the CPU waits for the GPU work that produces q, k, v, the GPU work that reads the
 results waits for the CPU, and the call runs at ropepool's CPU speed (there is no Metal kernel).
 
 Refusals are :class:`ropepool.RopePoolError` (a ``ValueError``) with the library's message: at the
@@ -195,10 +195,7 @@ def _pool_format(kv_cache_dtype, k_pool):
     if not isinstance(kv_cache_dtype, str) or kv_cache_dtype not in _KV_CACHE_DTYPES:
         raise RopePoolError("kv_cache_dtype must be one of 'auto', 'fp8_e4m3' (or vLLM's 'fp8') or 'fp8_e5m2', "
                             f"got {kv_cache_dtype!r}")
-    fmt = _KV_CACHE_DTYPES[kv_cache_dtype]
-    if k_pool.dtype == mx.uint8 and fmt == 0:
-        raise RopePoolError("k_pool is uint8: say which fp8 format it stores with kv_cache_dtype='fp8_e4m3' "
-                            "(or 'fp8') or 'fp8_e5m2'")
+    fmt = _KV_CACHE_DTYPES[kv_cache_dtype]  # uint8 without one: refused after the seed's checks
     if k_pool.dtype != mx.uint8 and fmt != 0:
         raise RopePoolError(f"kv_cache_dtype={kv_cache_dtype!r} needs fp8 pools (uint8 on MLX), got k_pool "
                             f"{str(k_pool.dtype).rsplit('.', 1)[-1]}")
@@ -302,22 +299,28 @@ def rope_pool_fused(
     attention_scaling = _number("attention_scaling", attention_scaling)
     if not (math.isfinite(attention_scaling) and attention_scaling > 0.0):  # 0 is the library's "not set"
         raise RopePoolError(f"attention_scaling must be positive and finite (default 1.0), got {attention_scaling!r}")
-    return _ext.fused(
-        q, k, v, positions, slots, k_pool, v_pool,
-        head_dim, num_qo_heads, num_kv_heads, rope_base,
-        _style(is_neox),
-        rotary_dim,
-        _frequencies(inv_freq, rotary_dim, head_dim),
-        attention_scaling,
-        _integer("v_head_dim", v_head_dim, zero_refused="positive"),
-        _pool_format(kv_cache_dtype, k_pool),
-        _scale("k_scale", k_scale),
-        _scale("v_scale", v_scale),
-        section,
-        interleaved,
-        _integer("threads", threads, zero_refused=">= 1", none_means="ROPEPOOL_NUM_THREADS", bits=32),
-        stream,
-    )
+    try:
+        return _ext.fused(
+            q, k, v, positions, slots, k_pool, v_pool,
+            head_dim, num_qo_heads, num_kv_heads, rope_base,
+            _style(is_neox),
+            rotary_dim,
+            _frequencies(inv_freq, rotary_dim, head_dim),
+            attention_scaling,
+            _integer("v_head_dim", v_head_dim, zero_refused="positive"),
+            _pool_format(kv_cache_dtype, k_pool),
+            _scale("k_scale", k_scale),
+            _scale("v_scale", v_scale),
+            section,
+            interleaved,
+            _integer("threads", threads, zero_refused=">= 1", none_means="ROPEPOOL_NUM_THREADS", bits=32),
+            stream,
+        )
+    except RopePoolError as error:  # uint8 pools without a format: the library's words are a C caller's
+        if str(error).startswith("k_pool and v_pool are uint8: set pool_dtype"):
+            raise RopePoolError("k_pool is uint8: say which fp8 format it stores with kv_cache_dtype='fp8_e4m3' "
+                                "(or 'fp8') or 'fp8_e5m2'") from None
+        raise
 
 
 __all__ = ["rope_pool_fused"]

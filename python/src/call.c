@@ -385,10 +385,15 @@ static int output_arguments(const rpy_framework *fw, PyObject *const values[NUM_
     return 0;
 }
 
-/* The library names the outputs q_rot and k_rot; Python's keywords for them are q_out / k_out
- * (and its in-place form q_out = q). Rewrites whole words in place (same lengths). */
-static void name_caller_outputs(char *message)
+/* A library message in Python's words: uint8 pools name their format with kv_cache_dtype, not
+ * pool_dtype; the outputs are q_out and k_out, not q_rot and k_rot (and the in-place form is
+ * q_out = q), whole words rewritten in place (same lengths). */
+static void in_python_words(char *message)
 {
+    if (strncmp(message, RPY_UINT8_POOLS_C, strlen(RPY_UINT8_POOLS_C)) == 0) {
+        snprintf(message, MESSAGE_SIZE, "%s", RPY_UINT8_POOLS_PYTHON);
+        return;
+    }
     static const char *const from[2] = {"q_rot", "k_rot"}, *const to[2] = {"q_out", "k_out"};
     for (int i = 0; i < 2; i++)
         for (char *p = message; (p = strstr(p, from[i])) != NULL; p += 5) {
@@ -631,7 +636,7 @@ PyObject *rpy_rope_pool_fused(PyObject *module, PyObject *const *args, Py_ssize_
     stamp(stamps, ST_LIBRARY);
     PyObject *result = NULL;
     if (st != RP_OK) {
-        name_caller_outputs(message); /* Python's in-place form is q_out = q, whether given or not */
+        in_python_words(message);
         rpy_raise(st, message);
     } else {
         /* Written in place: the pools, and q_out / k_out when the caller gave them. */

@@ -169,10 +169,8 @@ int rpy_pool_format(PyObject *obj, int32_t kv_cache_dtype, const rp_tensor *k_po
 {
     const rp_dtype dt = (rp_dtype)k_pool->dtype;
     *pool_dtype = 0;
+    /* uint8 without a format: the library refuses it after the seed's checks (call.c: in_python_words) */
     if (dt == RP_U8) {
-        if (kv_cache_dtype == 0)
-            return rpy_refuse("k_pool is uint8: say which fp8 format it stores with kv_cache_dtype='fp8_e4m3' "
-                              "(or 'fp8') or 'fp8_e5m2'");
         *pool_dtype = kv_cache_dtype;
         return 0;
     }

@@ -142,6 +142,24 @@ def test_results_are_lazy_and_compose_with_a_larger_graph(mlx_fw):
     check(p, before, (q_rot, k_rot, k_pool, v_pool))
 
 
+def test_a_read_of_the_pool_queued_before_the_call_is_not_overtaken(mlx_fw):
+    """mlx-lm's pattern: attention over the cache queued with mx.async_eval, then the call. Pools
+    that are already available (made from NumPy here) gave the write nothing to wait for, so it
+    overtook the queued read, which then saw the new rows; the write now waits for the stream."""
+    p = Problem(mlx_fw, T=4, Hq=4, Hk=2, D=16, P=8, slots=[0, 1, 2, 3])
+    mx.eval(p.k_pool, p.v_pool)
+    np.array(p.k_pool), np.array(p.v_pool)  # read back: MLX now holds them as available
+    old = float(np.abs(mlx_fw.f64(p.k_pool)).sum())
+    x = mx.random.normal((600, 600), key=mx.random.key(0))
+    slow = x
+    for _ in range(6):  # a read that is still queued when the call is evaluated
+        slow = slow @ x / 600
+    read = mx.abs(p.k_pool).sum() + slow.sum() * 0
+    mx.async_eval(read)
+    mx.eval(call(p))
+    assert math.isclose(read.item(), old, rel_tol=1e-6), "the queued read saw the call's rows"
+
+
 def test_an_explicit_cpu_stream_or_device_is_used(mlx_fw):
     for stream in (mx.cpu, mx.new_stream(mx.cpu)):
         p = Problem(mlx_fw)
@@ -250,6 +268,18 @@ def test_mlx_only_refusals_name_the_keyword(mlx_fw):
             call(p, **kwargs)
         assert str(info.value) == message
     helpers.assert_unchanged(p, before)
+
+
+def test_uint8_pools_need_kv_cache_dtype_after_the_seeds_checks(mlx_fw):
+    p = Problem(mlx_fw)
+    pools = [mx.zeros(tuple(x.shape), dtype=mx.uint8) for x in (p.k_pool, p.v_pool)]
+    with pytest.raises(ropepool.RopePoolError) as info:
+        call(p, *p.arrays()[:5], *pools)
+    assert str(info.value) == ("k_pool is uint8: say which fp8 format it stores with kv_cache_dtype='fp8_e4m3' "
+                               "(or 'fp8') or 'fp8_e5m2'")
+    with pytest.raises(ropepool.RopePoolError) as info:
+        call(p, p.q.reshape(p.T, p.Hq * p.D), *p.arrays()[1:5], *pools)
+    assert str(info.value) == "rope_pool_fused expects q/k/v to be 3-D"
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -155,6 +155,10 @@ def test_uint8_pools_need_kv_cache_dtype(ropepool, fw):
     p.k_pool, p.v_pool = fp8_pools(fw, p.P, p.Hk, p.D, "float8_e4m3fn", typed=False)
     expect_refusal(ropepool, fw, p.arrays(), p.kwargs(), "k_pool is uint8: say which fp8 format it stores with "
                    "kv_cache_dtype='fp8_e4m3' (or 'fp8') or 'fp8_e5m2'")
+    # the seed's checks come first, as for every other pool dtype
+    arrays = p.arrays()
+    arrays[0] = p.q.reshape(p.T, p.Hq * p.D)
+    expect_refusal(ropepool, fw, arrays, p.kwargs(), "rope_pool_fused expects q/k/v to be 3-D")
 
 
 def test_typed_fp8_pools_must_match_kv_cache_dtype(ropepool, fw):

@@ -122,13 +122,10 @@ void RopePoolFused::eval_cpu(const std::vector<mx::array> &inputs, std::vector<m
     /* The call runs here, on the thread that evaluates the graph, not as a task on the stream: MLX
      * turns an exception thrown by a stream task into a RuntimeError carrying only its text, while
      * one thrown here reaches mx.eval as itself (RopePoolError, a ValueError, with the library's
-     * message and nothing written). Inputs computed in this same evaluation may still be queued
-     * on the stream: wait for them first (one synchronisation, only then). */
-    for (const auto &in : inputs)
-        if (in.status() != mx::array::Status::available) {
-            mx::synchronize(stream());
-            break;
-        }
+     * message and nothing written). So wait for the stream first, always: inputs computed in this
+     * evaluation may still be queued on it, and so may readers of the pools queued before the call
+     * (mx.async_eval of attention over the old cache), which the write must not overtake. */
+    mx::synchronize(stream());
     run(cpu_context.load(), make_args(params_, {&inputs[0], &inputs[1], &inputs[2], &inputs[3], &inputs[4],
                                                 &outputs[2], &outputs[3], &q_rot, &k_rot}, true));
 }
