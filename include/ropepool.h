@@ -176,7 +176,12 @@ static inline rp_tensor rp_tensor_3d(void *data, rp_dtype dtype, int64_t n0, int
 /* A context owns what is worth keeping between calls: the CPU worker threads, a cache of the
  * RoPE frequency table, and (CUDA) the device word where kernels record a bad slot. Create one per
  * engine (per CUDA device) and reuse it. A context may be used from several threads at once: a
- * call that finds the workers busy runs on its own thread instead, with bit-identical results. */
+ * call that finds the workers busy runs on its own thread instead, with bit-identical results.
+ * The workers block every signal, so process-directed signals reach the program's own threads.
+ * In a child of fork() a context made before the fork runs CPU calls on the caller's thread
+ * alone (the workers stayed in the parent) and rp_context_destroy frees it without waiting for
+ * them, unless another thread was inside a call on it at the fork (its locks stay held in the
+ * child). Create a new context there for worker threads (and for CUDA, which a child cannot use). */
 typedef struct rp_context rp_context;
 
 /* rp_context_options.flags */

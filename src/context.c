@@ -3,10 +3,15 @@
  *
  * The caller runs part 0 of a job itself and waits only for the workers that have a part in it.
  * Waiting threads spin (politely) before sleeping on a condition variable.
+ *
+ * After fork() a child has none of its parent's threads: a context made before the fork then
+ * runs its calls on the caller's thread alone, and its destruction frees memory without joining
+ * workers or destroying the condition variables they sleep on (both would wait forever).
  */
 #include "context.h"
 
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -51,6 +56,25 @@ static int spin_once(spinner *s)
         return 1;
     sched_yield();
     return ns_since(&s->start) < RP_SPIN_NS;
+}
+
+/* Incremented in every child of fork(); a context compares it with the value it was made with. */
+static atomic_uint fork_generation;
+static pthread_once_t fork_handler_once = PTHREAD_ONCE_INIT;
+
+static void count_fork_in_child(void)
+{
+    atomic_fetch_add_explicit(&fork_generation, 1, memory_order_relaxed);
+}
+
+static void install_fork_handler(void)
+{
+    pthread_atfork(NULL, NULL, count_fork_in_child);
+}
+
+static int made_before_fork(const rp_context *ctx)
+{
+    return ctx->fork_generation != atomic_load_explicit(&fork_generation, memory_order_relaxed);
 }
 
 typedef struct worker_arg {
@@ -104,7 +128,7 @@ static void publish_job(rp_context *ctx, int num_parts)
 
 void rp_context_parallel(rp_context *ctx, rp_parallel_fn fn, void *arg, int num_parts)
 {
-    if (ctx == NULL || num_parts <= 1 || num_parts > ctx->num_workers + 1 ||
+    if (ctx == NULL || num_parts <= 1 || num_parts > ctx->num_workers + 1 || made_before_fork(ctx) ||
         pthread_mutex_trylock(&ctx->busy) != 0) {
         for (int i = 0; i < num_parts; i++)
             fn(arg, i, num_parts);
@@ -171,9 +195,11 @@ rp_status rp_context_create(const rp_context_options *opts, rp_context **out, ch
         return rp_fail(&err, RP_ERR_INVALID_ARGUMENT, "cuda_device must be >= 0, got %d",
                        (int)o.cuda_device);
 
+    pthread_once(&fork_handler_once, install_fork_handler);
     rp_context *ctx = calloc(1, sizeof *ctx);
     if (ctx == NULL)
         return rp_fail(&err, RP_ERR_OUT_OF_MEMORY, "out of memory creating a context");
+    ctx->fork_generation = atomic_load_explicit(&fork_generation, memory_order_relaxed);
     ctx->num_threads = o.num_threads ? o.num_threads : online_cpus();
     ctx->flags = o.flags;
     ctx->cuda_device = o.cuda_device;
@@ -186,6 +212,11 @@ rp_status rp_context_create(const rp_context_options *opts, rp_context **out, ch
     rp_status st = RP_OK;
     if (o.flags & RP_CONTEXT_CUDA)
         st = rp_cuda_context_init(o.cuda_device, &ctx->cuda_state, &err);
+    /* Workers start with every signal blocked (they inherit this thread's mask): a process-directed
+     * signal goes to one of the program's own threads, never into a worker. */
+    sigset_t all, callers;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &callers);
     if (st == RP_OK && ctx->num_threads > 1) {
         ctx->workers = calloc((size_t)ctx->num_threads - 1, sizeof *ctx->workers);
         if (ctx->workers == NULL)
@@ -209,6 +240,7 @@ rp_status rp_context_create(const rp_context_options *opts, rp_context **out, ch
             ctx->num_workers++;
         }
     }
+    pthread_sigmask(SIG_SETMASK, &callers, NULL);
     if (st != RP_OK) {
         rp_context_destroy(ctx);
         return st;
@@ -221,6 +253,12 @@ void rp_context_destroy(rp_context *ctx)
 {
     if (ctx == NULL)
         return;
+    if (made_before_fork(ctx)) { /* the parent's workers, condition variables and CUDA state */
+        free(ctx->workers);
+        free(ctx->freq);
+        free(ctx);
+        return;
+    }
     stop_workers(ctx);
     free(ctx->workers);
     if (ctx->cuda_state)

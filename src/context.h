@@ -34,6 +34,10 @@ struct rp_context {
     int64_t freq_dim;
     double *freq;
 
+    /* The process generation the context was made in (context.c: fork_generation): in a child of
+     * fork() its workers are the parent's, so calls run on the caller's thread alone. */
+    unsigned fork_generation;
+
     /* CUDA */
     uint32_t flags;
     int32_t cuda_device;

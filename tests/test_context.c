@@ -1,11 +1,18 @@
 /*
  * test_context.c — one context shared by several threads calling at once: every call's result
- * equals the single-threaded result, whether it got the workers or ran on its own thread.
+ * equals the single-threaded result, whether it got the workers or ran on its own thread. The
+ * caller's floating-point modes, a context used in a child of fork(), the workers' signal mask.
  */
 #include "test_util.h"
 
 #include <fenv.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#ifdef __linux__
+#  include <dirent.h>
+#endif
 
 enum { CALLERS = 4, ROUNDS = 20 };
 
@@ -15,6 +22,17 @@ typedef struct caller {
     void *want_q, *want_kpool;
     int bad;
 } caller;
+
+/* A context of num_threads threads (the caller's included). */
+static rp_context *context_of(int num_threads)
+{
+    rp_context_options o = {0};
+    o.num_threads = num_threads;
+    rp_context *ctx = NULL;
+    char msg[256];
+    CHECK(rp_context_create(&o, &ctx, msg, sizeof msg) == RP_OK, "%s", msg);
+    return ctx;
+}
 
 static void *call_many(void *p)
 {
@@ -33,11 +51,8 @@ static void *call_many(void *p)
 
 static void test_concurrent_calls_on_one_context(void)
 {
-    rp_context_options o = {0};
-    o.num_threads = 2;
-    rp_context *ctx;
+    rp_context *ctx = context_of(2);
     char msg[256];
-    CHECK(rp_context_create(&o, &ctx, msg, sizeof msg) == RP_OK, "%s", msg);
     caller c[CALLERS];
     for (int i = 0; i < CALLERS; i++) {
         test_rng r = {100 + (uint64_t)i};
@@ -93,11 +108,8 @@ static void test_per_call_thread_cap_and_many_contexts(void)
  * in one job must not run (or miss) the next one. */
 static void test_oversubscribed_jobs_of_changing_size(void)
 {
-    rp_context_options o = {0};
-    o.num_threads = 6;
-    rp_context *ctx;
+    rp_context *ctx = context_of(6);
     char msg[256];
-    CHECK(rp_context_create(&o, &ctx, msg, sizeof msg) == RP_OK, "%s", msg);
     test_rng r = {21};
     fixture f;
     fixture_init(&f, &r, 120, 8, 2, 128, 200, RP_F32, RP_I32, 1 << 16, 1);
@@ -232,6 +244,83 @@ static void test_callers_rounding_mode_is_not_used(void)
     rp_context_destroy(ctx);
 }
 
+/* The child of a fork() has none of the context's workers: a call big enough to use them runs on
+ * the child's thread alone (it used to wait for them forever), gives the serial result, and the
+ * context can be destroyed there; the parent's context keeps its workers. */
+static void test_a_context_made_before_fork_serves_the_child(void)
+{
+    rp_context *ctx = context_of(3);
+    char msg[256];
+    test_rng r = {77};
+    fixture f; /* 1.8 MB of f32 data: split among the workers */
+    fixture_init(&f, &r, 300, 8, 2, 128, 320, RP_F32, RP_I32, 1 << 17, 1);
+    const size_t nq = (size_t)(300 * 8 * 128) * sizeof(float);
+    CHECK(rp_rope_pool_fused(NULL, &f.args, msg, sizeof msg) == RP_OK, "%s", msg);
+    void *want_q = test_alloc(nq);
+    memcpy(want_q, f.q_rot, nq);
+    CHECK(rp_rope_pool_fused(ctx, &f.args, msg, sizeof msg) == RP_OK, "%s", msg); /* the workers ran */
+    fflush(NULL);
+    const pid_t child = fork();
+    CHECK(child >= 0, "fork failed");
+    if (child == 0) {
+        alarm(20); /* a hang ends the child with SIGALRM, which the parent reports */
+        memset(f.q_rot, 0, nq);
+        const int ok = rp_rope_pool_fused(ctx, &f.args, msg, sizeof msg) == RP_OK && memcmp(f.q_rot, want_q, nq) == 0;
+        rp_context_destroy(ctx);
+        _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    CHECK(waitpid(child, &status, 0) == child, "waitpid failed");
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "the child's call or destroy %s (status 0x%x)", WIFSIGNALED(status) ? "hung or crashed" : "failed",
+          (unsigned)status);
+    memset(f.q_rot, 0, nq);
+    CHECK(rp_rope_pool_fused(ctx, &f.args, msg, sizeof msg) == RP_OK && memcmp(f.q_rot, want_q, nq) == 0,
+          "the parent's call after the fork: %s", msg);
+    free(want_q);
+    fixture_free(&f);
+    rp_context_destroy(ctx);
+}
+
+/* Workers block every signal: a process-directed signal is handled by one of the program's own
+ * threads. Linux: each thread's blocked set is in /proc/self/task/TID/status. */
+static void test_workers_block_signals(void)
+{
+#ifdef __linux__
+    rp_context *ctx = context_of(3);
+    DIR *tasks = opendir("/proc/self/task");
+    CHECK(tasks != NULL, "cannot list /proc/self/task");
+    int blocking = 0, others = 0;
+    for (struct dirent *e; tasks && (e = readdir(tasks)) != NULL;) {
+        if (e->d_name[0] == '.' || atoi(e->d_name) == (int)getpid())
+            continue;
+        char path[300], line[256];
+        snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+        FILE *st = fopen(path, "r");
+        unsigned long long blocked = 0;
+        while (st && fgets(line, sizeof line, st))
+            if (sscanf(line, "SigBlk: %llx", &blocked) == 1)
+                break;
+        if (st)
+            fclose(st);
+        const unsigned long long term = 1ull << (SIGTERM - 1), alrm = 1ull << (SIGALRM - 1);
+        if ((blocked & term) && (blocked & alrm))
+            blocking++;
+        else
+            others++;
+    }
+    if (tasks)
+        closedir(tasks);
+    /* >= 2: a sanitizer's own thread (TSan's) may block them too */
+    CHECK(blocking >= 2 && others == 0, "%d threads besides the caller block SIGTERM and SIGALRM, %d do not "
+          "(want the 2 workers, and none)", blocking, others);
+    sigset_t mine;
+    pthread_sigmask(SIG_SETMASK, NULL, &mine);
+    CHECK(!sigismember(&mine, SIGTERM), "the caller's signal mask was not put back");
+    rp_context_destroy(ctx);
+#endif
+}
+
 int main(void)
 {
     RUN(test_concurrent_calls_on_one_context);
@@ -239,5 +328,7 @@ int main(void)
     RUN(test_oversubscribed_jobs_of_changing_size);
     RUN(test_callers_flush_to_zero_mode_is_not_used);
     RUN(test_callers_rounding_mode_is_not_used);
+    RUN(test_a_context_made_before_fork_serves_the_child);
+    RUN(test_workers_block_signals);
     return test_summary("test_context");
 }
