@@ -23,8 +23,9 @@ Evaluation runs ropepool's CPU backend (its worker threads, ROPEPOOL_NUM_THREADS
 that evaluates the graph, so that a refusal reaches ``mx.eval`` as itself, after waiting for the CPU
 stream (one synchronisation: inputs computed in the same evaluation and earlier reads of the pools
 finish first). The primitive is always put on the CPU stream. On a GPU default stream (Apple
-silicon) that still works: memory is unified, so nothing is copied, but the CPU waits for the GPU work that produces q, k, v, the GPU work that reads the
-results waits for the CPU, and the call runs at ropepool's CPU speed (there is no Metal kernel).
+silicon) that still works: memory is unified, so nothing is copied, but the CPU waits for the GPU
+work that produces q, k, v, the GPU work that reads the results waits for the CPU, and the call
+runs at ropepool's CPU speed (there is no Metal kernel).
 
 Refusals are :class:`ropepool.RopePoolError` (a ``ValueError``) with the library's message: at the
 call for shapes, dtypes and keywords (the seed's checks first, with its texts; an argument that is

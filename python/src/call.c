@@ -572,16 +572,10 @@ static int prepare(PyObject *const values[NUM_PARAMS], prepared_call *c, unsigne
  * operator, through ropepool.torch_op.call_op with the caller's arguments. */
 static PyObject *is_fake, *call_op; /* torch._subclasses.fake_tensor.is_fake, torch_op.call_op */
 
-/* Whether q is a FakeTensor (1) or not, or torch cannot say (0). An exception pending on entry is
- * pending on return. */
+/* Whether q, an instance of a torch.Tensor subclass, is a FakeTensor (1) or not, or torch cannot
+ * say (0). Called with no exception pending, it leaves none. */
 static int is_traced(PyObject *q)
 {
-    PyObject *type, *value, *traceback;
-    PyErr_Fetch(&type, &value, &traceback); /* held while torch is asked, which may clear errors */
-    if (!rpy_torch.is_array(q)) {
-        PyErr_Restore(type, value, traceback);
-        return 0;
-    }
     if (is_fake == NULL) {
         PyObject *fake = PyImport_ImportModule("torch._subclasses.fake_tensor");
         PyObject *op = fake ? PyImport_ImportModule("ropepool.torch_op") : NULL;
@@ -598,18 +592,7 @@ static int is_traced(PyObject *q)
     const int traced = fake != NULL && PyObject_IsTrue(fake) == 1;
     Py_XDECREF(fake);
     PyErr_Clear();
-    PyErr_Restore(type, value, traceback);
     return traced;
-}
-
-/* A call whose arguments could not be read: traced as the operator if q is fake, else NULL with
- * the call's own exception left as it was. */
-static PyObject *traced_call(PyObject *q, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
-{
-    if (!is_traced(q))
-        return NULL;
-    PyErr_Clear();
-    return PyObject_Vectorcall(call_op, args, (size_t)nargs, kwnames);
 }
 
 PyObject *rpy_rope_pool_fused(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
@@ -627,7 +610,7 @@ PyObject *rpy_rope_pool_fused(PyObject *module, PyObject *const *args, Py_ssize_
     if (!rpy_numpy.is_array(values[P_Q]) && rpy_torch_subclass(values[P_Q]) && is_traced(values[P_Q]))
         return PyObject_Vectorcall(call_op, args, (size_t)nargs, kwnames);
     if (prepare(values, &c, stamps) < 0)
-        return traced_call(values[P_Q], args, nargs, kwnames);
+        return NULL;
     char message[MESSAGE_SIZE];
     rp_status st;
     Py_BEGIN_ALLOW_THREADS

@@ -150,9 +150,9 @@ const char *rpy_torch_reader(void)
 int rpy_torch_subclass(PyObject *obj)
 {
     PyTypeObject *type = Py_TYPE(obj);
-    if (type == tensor_type || (type == parameter_type && type != NULL))
-        return 0;
-    return torch_is_array(obj);
+    if (type == tensor_type || type == parameter_type)
+        return 0; /* the usual case, once torch is found */
+    return torch_is_array(obj) && type != tensor_type && type != parameter_type; /* it may find it now */
 }
 
 /* ---- the framework ------------------------------------------------------------------------------- */
