@@ -24,7 +24,8 @@ outputs, the library call, version bumps and result), from ``_ropepool._profile`
 default, or new pages first touched in one of four ways).
 
 ``--torch-compile`` (CPU) adds the same step written in plain torch and compiled by Inductor (issue
-20's baseline), with its ratio to the call.
+20's baseline), cos and sin from the positions (transformers' form) and from a cos/sin cache
+indexed by position (vLLM's form), with their ratios to the call.
 
     python -m ropepool.bench [--backend cpu|cuda] [-T 1,256,4096] [--rounds 5] [--profile] [--fresh-outputs]
                              [--torch-compile]
@@ -43,6 +44,7 @@ import ropepool
 from ropepool import _ropepool
 
 SHAPE = dict(num_qo_heads=32, num_kv_heads=8, head_dim=128, rope_base=500000.0)  # Llama-3-8B
+MAX_POSITION = 8192  # positions are drawn from [0, MAX_POSITION)
 
 
 def make_arrays(T, P, seed=1):
@@ -52,7 +54,7 @@ def make_arrays(T, P, seed=1):
         q=rng.standard_normal((T, Hq, D), dtype=np.float32),
         k=rng.standard_normal((T, Hk, D), dtype=np.float32),
         v=rng.standard_normal((T, Hk, D), dtype=np.float32),
-        positions=rng.integers(0, 8192, T).astype(np.int64),
+        positions=rng.integers(0, MAX_POSITION, T).astype(np.int64),
         slots=rng.permutation(P)[:T].astype(np.int64),
         k_pool=np.zeros((P, Hk, D), np.float32),
         v_pool=np.zeros((P, Hk, D), np.float32),
@@ -84,20 +86,28 @@ def python_batch(arrays, calls, outs, sync, f=None):
 
 
 CLOCK = time.perf_counter_ns  # --clock thread: time.thread_time_ns
-COMPILED_PLAIN = None  # --torch-compile: plain_torch(torch)
+COMPILED_PLAIN = {}  # --torch-compile: name -> plain_torch(torch, ...)
+PAUSE_S = 0.02  # before each timed batch (measure)
 
 
-def plain_torch(torch):
-    """The same step in plain torch, as an engine writes it without ropepool (NeoX RoPE in float32
-    from the positions, then the pool rows by index), compiled by Inductor once for every T
-    (dynamic shapes): issue 20's torch.compile baseline. Fresh q_rot and k_rot, as from the call."""
+def plain_torch(torch, table=False):
+    """The same step in plain torch, as an engine writes it without ropepool (NeoX RoPE in float32,
+    then the pool rows by index), compiled by Inductor once for every T (dynamic shapes): issue
+    20's torch.compile baseline. cos and sin come from the positions (transformers' form), or with
+    `table` from a float32 cos/sin cache indexed by position, built once (vLLM's form: no
+    trigonometry per call). Fresh q_rot and k_rot, as from the call."""
     D = SHAPE["head_dim"]
     half = D // 2
     inv_freq = torch.from_numpy(1.0 / SHAPE["rope_base"] ** (np.arange(0, D, 2) / D)).float()
+    angles = torch.arange(MAX_POSITION, dtype=torch.float32)[:, None] * inv_freq
+    cos_cache, sin_cache = angles.cos(), angles.sin()
 
     def step(q, k, v, positions, slots, k_pool, v_pool):
-        angle = positions[:, None].float() * inv_freq
-        cos, sin = angle.cos()[:, None, :], angle.sin()[:, None, :]
+        if table:
+            cos, sin = cos_cache[positions][:, None, :], sin_cache[positions][:, None, :]
+        else:
+            angle = positions[:, None].float() * inv_freq
+            cos, sin = angle.cos()[:, None, :], angle.sin()[:, None, :]
 
         def rotate(x):
             x1, x2 = x[..., :half], x[..., half:]
@@ -111,8 +121,7 @@ def plain_torch(torch):
     return torch.compile(step, dynamic=True)
 
 
-def plain_batch(arrays, calls):
-    f = COMPILED_PLAIN
+def plain_batch(f, arrays, calls):
     a0, a1, a2, a3, a4, a5, a6 = arrays
     for _ in range(calls):
         f(a0, a1, a2, a3, a4, a5, a6)
@@ -145,11 +154,15 @@ def methods_for(T, P, backend, torch):
             t_outs = tuple(torch.from_numpy(a) for a in np_outs)
             methods["torch fresh"] = lambda n: python_batch(t_arrays, n, None, no_sync)
             methods["torch q_out"] = lambda n: python_batch(t_arrays, n, t_outs, no_sync)
+            # outputs of torch's own allocator: no huge-page advice (NumPy's arrays above have it),
+            # so at large T every access walks more of the page table (README: Python)
+            e_outs = (torch.empty_like(t_arrays[0]), torch.empty_like(t_arrays[1]))
+            methods["torch q_out, torch.empty"] = lambda n: python_batch(t_arrays, n, e_outs, no_sync)
             op = operator(torch)
             if op is not None:
                 methods["torch op q_out"] = lambda n: python_batch(t_arrays, n, t_outs, no_sync, op)
-            if COMPILED_PLAIN is not None:
-                methods["torch.compile plain"] = lambda n: plain_batch(t_arrays, n)
+            for name, f in COMPILED_PLAIN.items():
+                methods[name] = lambda n, f=f: plain_batch(f, t_arrays, n)
     else:
         sync = torch.cuda.synchronize
         t_arrays = [torch.from_numpy(a).cuda() for a in arrays]
@@ -258,6 +271,9 @@ def measure(T, P, backend, torch, rounds, budget_s, stat):
     faults = {name: [] for name in methods}
     for _ in range(rounds):
         for name, run in methods.items():
+            # a pause first: the threads of the method before (torch's OpenMP workers after compiled
+            # code) spin on for a while after it returns, and slowed whatever came next by up to 25%
+            time.sleep(PAUSE_S)
             if getattr(run, "self_timed", False):
                 ns, f = run(calls[name]), (0.0, 0.0)
             else:
@@ -383,7 +399,8 @@ def main(argv=None):
                         help="per figure, the median (default) or the least of the rounds' means")
     parser.add_argument("--clock", choices=["wall", "thread"], default="wall",
                         help="wall (default), or thread: the calling thread's CPU time, with every call on one "
-                        "thread (threads=1), so that other load on the machine does not count (T = 1 overheads)")
+                        "thread (threads=1, torch.set_num_threads(1)), so that other load on the machine does not "
+                        "count (T = 1 overheads)")
     parser.add_argument("--fresh-outputs", action="store_true",
                         help="also compare the first-touch strategies of fresh outputs at T >= 1024")
     parser.add_argument("--profile", action="store_true", help="also print the per-stage breakdown at T = 1")
@@ -401,6 +418,8 @@ def main(argv=None):
         global CLOCK
         CLOCK = time.thread_time_ns
         SHAPE["threads"] = 1
+        if torch is not None:  # torch.compile's code too: its other threads' time would not count
+            torch.set_num_threads(1)
     tokens = args.tokens or _token_counts("1,16,256,1024,4096" if args.backend == "cpu" else "1,64,1024,4096")
     P = max(args.pool, max(tokens))
     where = f"cpu kernel {ropepool.cpu_kernel()}, {ropepool.num_threads()} threads" if args.backend == "cpu" \
@@ -412,8 +431,8 @@ def main(argv=None):
           "faults per call; sys: kernel-mode CPU us per call); load average "
           + " ".join(f"{x:.1f}" for x in os.getloadavg()))
     if args.torch_compile and args.backend == "cpu" and torch is not None:
-        global COMPILED_PLAIN
-        COMPILED_PLAIN = plain_torch(torch)
+        COMPILED_PLAIN["torch.compile plain"] = plain_torch(torch)
+        COMPILED_PLAIN["torch.compile plain, cos/sin cache"] = plain_torch(torch, table=True)
     results = {}
     for T in tokens:
         results[T] = measure(T, P, args.backend, torch, args.rounds, args.seconds, args.stat)
@@ -438,10 +457,10 @@ def main(argv=None):
         c = results[1]["C"][0]
         print("\nOverhead over the C call at T = 1: " + ", ".join(
             f"{n} {(results[1][n][0] - c) / 1e3:+.2f} us" for n in names))
-    if COMPILED_PLAIN is not None:
-        print("\ntorch.compile of the plain torch code against the call with fresh outputs (times faster): " + "; ".join(
-            f"T = {T}: numpy {r['torch.compile plain'][0] / r['numpy fresh'][0]:.2f}x, torch "
-            f"{r['torch.compile plain'][0] / r['torch fresh'][0]:.2f}x" for T, r in results.items()))
+    for name in COMPILED_PLAIN:
+        print(f"\n{name} against the call with fresh outputs (times faster): " + "; ".join(
+            f"T = {T}: numpy {r[name][0] / r['numpy fresh'][0]:.2f}x, torch "
+            f"{r[name][0] / r['torch fresh'][0]:.2f}x" for T, r in results.items()))
     if args.fresh_outputs and args.backend == "cpu":
         fresh_output_sweep([T for T in tokens if T >= 1024], P, torch, args.rounds, args.seconds)
     if args.profile:

@@ -10,8 +10,11 @@
  * 2 MiB-aligned mappings with transparent-huge-page advice, handed back to the cache when the
  * array (NumPy: a capsule as its base; torch: the DLPack deleter) is freed, and reused by the
  * next output of that size, already faulted in — what torch's CUDA caching allocator does for
- * device memory. The cache keeps at most CACHE_BLOCKS blocks and ROPEPOOL_OUTPUT_CACHE_MB MiB
- * (default 1024; 0 turns it off), the oldest unmapped first. Measured in
+ * device memory. An output takes the smallest cached block that holds it (an engine's T changes
+ * from call to call: a cache of exact sizes missed almost every time, 3x slower with T between
+ * 1024 and 16384), so a block may be larger than its array; the cache keeps at most CACHE_BLOCKS
+ * blocks and ROPEPOOL_OUTPUT_CACHE_MB MiB (default 1024; 0 turns it off), the largest ones (they
+ * serve every smaller output): the smallest are unmapped first. Measured in
  * bench/results/python-call-cpu.md.
  *
  * ROPEPOOL_FRESH_OUTPUTS selects the strategy, for measuring it on a machine: "cache" (the
@@ -58,11 +61,20 @@ static size_t tensor_bytes(const rp_tensor *t)
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
 static struct {
     pthread_mutex_t lock;
-    void *block[CACHE_BLOCKS]; /* oldest first */
-    size_t bytes[CACHE_BLOCKS];
+    void *block[CACHE_BLOCKS + 1]; /* oldest first; one spare entry for rpy_output_block_give */
+    size_t bytes[CACHE_BLOCKS + 1];
     int count;
     size_t total;
 } cache = {PTHREAD_MUTEX_INITIALIZER, {0}, {0}, 0, 0};
+
+/* Removes entry i of the cache, keeping the others' order (the caller holds the lock and has
+ * taken its bytes off total). */
+static void drop(int i)
+{
+    memmove(&cache.block[i], &cache.block[i + 1], (size_t)(cache.count - i - 1) * sizeof(void *));
+    memmove(&cache.bytes[i], &cache.bytes[i + 1], (size_t)(cache.count - i - 1) * sizeof(size_t));
+    cache.count--;
+}
 
 /* ROPEPOOL_OUTPUT_CACHE_MB in bytes into *limit; -1 when it is not a whole number of MiB up to
  * 2^30 (take refuses the call then; give, which cannot raise, treats it as 0). */
@@ -113,18 +125,21 @@ void *rpy_output_block_take(const rp_tensor *like, size_t *block_bytes)
     const size_t bytes = (need + HUGE_PAGE - 1) & ~(size_t)(HUGE_PAGE - 1);
     void *found = NULL;
     pthread_mutex_lock(&cache.lock);
-    for (int i = cache.count - 1; i >= 0 && found == NULL; i--) /* the newest block of that size */
-        if (cache.bytes[i] == bytes) {
-            found = cache.block[i];
-            cache.total -= bytes;
-            memmove(&cache.block[i], &cache.block[i + 1], (size_t)(cache.count - i - 1) * sizeof(void *));
-            memmove(&cache.bytes[i], &cache.bytes[i + 1], (size_t)(cache.count - i - 1) * sizeof(size_t));
-            cache.count--;
-        }
+    int best = -1; /* the smallest block that holds the output, the newest of equals */
+    for (int i = cache.count - 1; i >= 0; i--)
+        if (cache.bytes[i] >= bytes && (best < 0 || cache.bytes[i] < cache.bytes[best]))
+            best = i;
+    if (best >= 0) {
+        found = cache.block[best];
+        *block_bytes = cache.bytes[best];
+        cache.total -= cache.bytes[best];
+        drop(best);
+    }
     pthread_mutex_unlock(&cache.lock);
-    if (found == NULL)
+    if (found == NULL) {
         found = map_block(bytes);
-    *block_bytes = bytes;
+        *block_bytes = bytes;
+    }
     return found;
 }
 
@@ -135,22 +150,23 @@ void rpy_output_block_give(void *block, size_t bytes)
     void *evicted[CACHE_BLOCKS + 1];
     size_t evicted_bytes[CACHE_BLOCKS + 1];
     int num_evicted = 0;
-    pthread_mutex_lock(&cache.lock);
     if (bytes > limit) {
-        evicted[num_evicted] = block;
-        evicted_bytes[num_evicted++] = bytes;
-    } else {
-        while (cache.count > 0 && (cache.count == CACHE_BLOCKS || cache.total + bytes > limit)) {
-            evicted[num_evicted] = cache.block[0];
-            evicted_bytes[num_evicted++] = cache.bytes[0];
-            cache.total -= cache.bytes[0];
-            memmove(&cache.block[0], &cache.block[1], (size_t)(cache.count - 1) * sizeof(void *));
-            memmove(&cache.bytes[0], &cache.bytes[1], (size_t)(cache.count - 1) * sizeof(size_t));
-            cache.count--;
-        }
-        cache.block[cache.count] = block;
-        cache.bytes[cache.count++] = bytes;
-        cache.total += bytes;
+        munmap(block, bytes);
+        return;
+    }
+    pthread_mutex_lock(&cache.lock);
+    cache.block[cache.count] = block; /* the spare entry: CACHE_BLOCKS + 1 */
+    cache.bytes[cache.count++] = bytes;
+    cache.total += bytes;
+    while (cache.count > CACHE_BLOCKS || cache.total > limit) {
+        int smallest = 0; /* the oldest of equals */
+        for (int i = 1; i < cache.count; i++)
+            if (cache.bytes[i] < cache.bytes[smallest])
+                smallest = i;
+        evicted[num_evicted] = cache.block[smallest];
+        evicted_bytes[num_evicted++] = cache.bytes[smallest];
+        cache.total -= cache.bytes[smallest];
+        drop(smallest);
     }
     pthread_mutex_unlock(&cache.lock);
     for (int i = 0; i < num_evicted; i++) /* outside the lock: unmapping takes a while */

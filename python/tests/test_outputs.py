@@ -253,6 +253,21 @@ def test_large_fresh_outputs_reuse_freed_blocks_and_are_all_rewritten(ropepool, 
     assert result[0].is_contiguous() if cpu_fw.name == "torch" else result[0].flags["C_CONTIGUOUS"]
 
 
+def test_a_smaller_fresh_output_reuses_a_larger_freed_block(ropepool, cpu_fw):
+    # An engine's T changes from call to call: the outputs of a shorter call take the blocks the
+    # longer one freed (4 MiB against 6 MiB rounded up to huge pages) instead of new pages.
+    first = large_problem(cpu_fw, seed=1)
+    result = first.call(ropepool)
+    addresses = {data_ptr(cpu_fw, result[0]), data_ptr(cpu_fw, result[1])}
+    del result
+    shorter = Problem(cpu_fw, T=512, Hq=32, Hk=32, D=64, P=512, seed=6)
+    result = shorter.call(ropepool)
+    assert {data_ptr(cpu_fw, result[0]), data_ptr(cpu_fw, result[1])} == addresses, \
+        "a larger freed block was not reused"
+    assert result[0].shape == shorter.q.shape and result[1].shape == shorter.k.shape
+    check_fresh(shorter, result)
+
+
 def test_a_view_of_a_fresh_output_keeps_its_block(ropepool, cpu_fw):
     first = large_problem(cpu_fw, seed=1)
     q_rot, k_rot, _, _ = first.call(ropepool)
