@@ -78,8 +78,10 @@ RP_API const char *rp_status_string(rp_status status);
 
 /* ---- tensors ----------------------------------------------------------------------------------- */
 
-/* Element types. Only F32/F16/BF16 (data) and I32/I64 (positions, slots) are accepted; the others
- * exist so that a binding can pass any array and get the library's own error message. */
+/* Element types. Accepted: F32/F16/BF16 for data, I32/I64 for positions and slots, and for pools
+ * also F8_E4M3/F8_E5M2 or U8 with pool_dtype (fp8 pools, below); QK-norm weights take the data's
+ * dtype or F32. The others exist so that a binding can pass any array and get the library's own
+ * error message. */
 typedef enum rp_dtype {
     RP_DTYPE_UNSET = 0, /* zero-initialised tensor: rejected, by the seed's dtype checks where the
                            others are set ("q/k/v dtypes must match"), else "q dtype is not set" */
@@ -341,10 +343,12 @@ typedef struct rp_rope_pool_args {
  * precision, once per (token, frequency), and shared by all Hq + Hk heads; c and n are formed in
  * float64 and rounded to float32 once. Every rotated output is within one ulp of its dtype plus
  * 8 * 2^-24 * s * (|x[a]| + |x[b]|) of the same formula evaluated in float64 with the table as
- * given (a float32 table is used exactly, as float64), at any int32 or int64 position (with s > 1: where
- * s * (|x[a]| + |x[b]|) stays below the float32 maximum, 3.4e38; beyond it the float32 products
- * may overflow to infinity, or to NaN where two infinities cancel, though the float64 result is
- * finite, and an fp8 pool stores the code of what resulted). The pass-through
+ * given (a float32 table is used exactly, as float64), at any int32 or int64 position, where
+ * s * (|x[a]| + |x[b]|) stays below the float32 maximum, 3.4e38 (s = 1 included: two values near
+ * that maximum pass it). Beyond it the float32 products and their sum may overflow to infinity,
+ * or to NaN where two infinities cancel, though the float64 result is finite, and an fp8 pool
+ * stores the code of what resulted (the reference kernel, in float64, stores the finite value's
+ * code; so the fp8 exactness below holds only below that maximum too). The pass-through
  * dims R..D-1 of q_rot, k_rot and k_pool, and v into v_pool, are copied bit for bit. The same
  * inputs give bit-identical outputs for any thread count. Calls compute in the default
  * floating-point mode whatever the calling thread's (a flush-to-zero, denormals-are-zero or
@@ -369,12 +373,15 @@ typedef struct rp_rope_pool_args {
  * offset is not a float32 value, a head's mean square plus eps lies outside [2^-100, 2^64), or a
  * product could overflow float32 (CUDA: where |w + offset| exceeds 2^84; the CPU: a weight with
  * an |w + offset| neither 0 nor in [2^-87, 2^123)); those calls, heads and 16-byte vectors, float32
- * inputs, and the CPU's reference kernel, take the float64 path above. transformers' Qwen3RMSNorm and
- * Gemma3RMSNorm differ: they round the normalised value x * rstd to the input dtype before
- * multiplying by the weight (and multiply in that dtype), and their RoPE rounds cos, sin, both
- * products and the sum to the dtype: for bfloat16 inputs the two results differ by up to a few
- * 2^-8 * (|y[a]| + |y[b]|) (measured 2.2 times that on a random Qwen3 config; ours is the one
- * within the bound above), for float32 by their float32 angle and mean of squares. Weights are read
+ * inputs, and the CPU's reference kernel, take the float64 path above. transformers differs:
+ * Qwen3RMSNorm rounds the normalised value x * rstd to the input dtype before multiplying by the
+ * weight (and multiplies in that dtype; Gemma3RMSNorm computes in float32 and rounds y once), and
+ * its RoPE rounds cos, sin, both products and the sum to the dtype. For bfloat16 inputs the two
+ * results differ by up to a few 2^-8 * (|y[a]| + |y[b]|): measured up to 3.9 times that (Qwen3
+ * and Gemma 3 modules, 8192 tokens of 32 heads, positions to 30,000), at most 7 times by counting
+ * the roundings (transformers' five, our one ulp) plus 2^-23 * |angle| times it (its
+ * float32 angle); ours is the one within the bound above. For float32 they differ by transformers'
+ * float32 angle and mean of squares. Weights are read
  * as given: a NaN weight gives NaN outputs. The outputs must not overlap the weights.
  * CPU calls with QK-norm and head_dim > 512 run on the reference kernel. CUDA normalises on its
  * vectorized kernels (head rows contiguous and 16-byte aligned, head_dim / 2 and rotary_dim / 2
@@ -401,7 +408,10 @@ typedef struct rp_rope_pool_args {
  * correctly rounded fp8 of the float64 value y / scale, except where that value lies within the
  * kernel's own arithmetic error (8 * 2^-24 * s * (|x[a]| + |x[b]|) / scale plus a few float32
  * ulps of y / scale) of a rounding midpoint, where either neighbour may be stored. With scale 1
- * (or a power of two) the codes of v are exact. q_rot and k_rot keep their dtype and meaning.
+ * (or a power of two) the codes of v are exact. With another scale a few land there: v_pool
+ * e4m3 of every finite bfloat16 v with the float32 scale 0.7f, 32 of 65,280 codes take the other
+ * neighbour, the same 32 as torch's (v.float() / scale).to(torch.float8_e4m3fn) (none with the
+ * float64 scale 0.7; the reference kernel, ROPEPOOL_CPU=reference, rounds every one correctly). q_rot and k_rot keep their dtype and meaning.
  *
  * Validation runs completely before the first byte is written; a call that fails writes nothing
  * at all. The seed's checks come first, in the seed's order and with its exact messages:

@@ -16,6 +16,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -331,6 +332,15 @@ static int frequency_argument(PyObject *obj, rp_rope_pool_args *a, double *freqs
     return 0;
 }
 
+/* A device as torch names it: "cpu" or "cuda:N". */
+static const char *device_text(char buf[24], rp_device d)
+{
+    if (d.type != RP_DEVICE_CUDA)
+        return "cpu";
+    snprintf(buf, 24, "cuda:%d", (int)d.index);
+    return buf;
+}
+
 /* The QK-norm weights, described in q's framework: the library takes a pointer to [head_dim]
  * contiguous elements and their dtype, so their rank, length, contiguity and device (what a pointer
  * does not carry) are checked here; dtype and everything else by the library. norm_eps not given
@@ -355,8 +365,11 @@ static int norm_arguments(const rpy_framework *fw, PyObject *const values[NUM_PA
             Py_XDECREF(shape);
             return -1;
         }
-        if (w.device.type != a->q.device.type || w.device.index != a->q.device.index)
-            return rpy_refuse("%s must be on q's device", param_names[index[i]]);
+        if (w.device.type != a->q.device.type || w.device.index != a->q.device.index) {
+            char w_device[24], q_device[24];
+            return rpy_refuse("%s must be on q's device: it is on %s but q is on %s", param_names[index[i]],
+                              device_text(w_device, w.device), device_text(q_device, a->q.device));
+        }
         *data[i] = w.data;
         *dtype[i] = w.dtype;
     }

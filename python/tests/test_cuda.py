@@ -187,3 +187,12 @@ def test_outputs_live_on_the_inputs_device(ropepool, gpu):
     p = Problem(gpu)
     q_rot, k_rot, _, _ = p.call(ropepool)
     assert q_rot.device == p.q.device and k_rot.device == p.k.device
+
+
+@pytest.mark.parametrize("name", ["q_norm_weight", "k_norm_weight"])
+def test_a_norm_weight_on_another_device_is_refused_naming_both(ropepool, gpu, cpu, name):
+    p = Problem(gpu)
+    weight = cpu.torch.ones(p.D, dtype=cpu.torch.float32)
+    device = gpu.torch.cuda.current_device()
+    expect_refusal(ropepool, gpu, p.arrays(), dict(p.kwargs(), **{name: weight}),
+                   f"{name} must be on q's device: it is on cpu but q is on cuda:{device}")

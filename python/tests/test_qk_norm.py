@@ -58,8 +58,9 @@ def test_matches_transformers_qk_norm_and_rope(ropepool, tag, model, offset):
             # (up to D * 2^-24 relative) and products.
             bound = 2.0 ** -24 * (mag * (np.abs(angle) + 8 + D) + np.abs(want))
         else:
-            # transformers rounds to bfloat16 the normalised value, its product with the weight,
-            # cos and sin, both products and the sum: measured up to 2.2 * 2^-8 * mag.
+            # transformers rounds to bfloat16 the normalised value (Qwen3), its product with the
+            # weight, cos and sin, both products and the sum: 2.2 * 2^-8 * mag on this fixture,
+            # up to 3.9 on 8192 tokens of 32 heads; counting the roundings allows 7 (README).
             bound = 4 * 2.0 ** -8 * mag
         err = np.abs(got.astype(np.float64) - want)
         assert np.all(err <= bound), f"worst {(err / bound).max():.3g} of the bound"
