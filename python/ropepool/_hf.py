@@ -24,7 +24,7 @@ _ROPE_TYPES = {"default": 0, "linear": 1, "dynamic": 2, "yarn": 3, "longrope": 4
 _DEFAULT_THETA = {
     "mixtral": 1e6,
     "qwen2_vl": 1e6, "qwen2_vl_text": 1e6, "qwen2_5_vl": 1e6, "qwen2_5_vl_text": 1e6,
-    "qwen3_vl": 5e5, "qwen3_vl_text": 5e5,
+    "qwen3_vl": 5e5, "qwen3_vl_text": 5e5, "qwen3_vl_moe": 5e5, "qwen3_vl_moe_text": 5e5,
     "cohere": 5e5,
     "gpt_oss": 1.5e5, "smollm3": 2e6, "apertus": 1.2e7, "ernie4_5": 5e5, "helium": 1e5,
 }
@@ -50,7 +50,7 @@ _DEFAULT_PARTIAL = {
 # types' functions in modeling_rope_utils.py do, for every family).
 _DEFAULT_ROPE_IGNORES_PARTIAL = frozenset((
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_vl", "qwen2_vl_text",
-    "qwen2_5_vl", "qwen2_5_vl_text", "qwen3_vl", "qwen3_vl_text", "gemma", "gemma2", "gemma3", "gemma3_text",
+    "qwen2_5_vl", "qwen2_5_vl_text", "qwen3_vl", "qwen3_vl_text", "qwen3_vl_moe", "qwen3_vl_moe_text", "gemma", "gemma2", "gemma3", "gemma3_text",
     "starcoder2", "olmo", "granite", "falcon", "cohere", "cohere2", "gpt_oss", "olmo2", "smollm3", "seed_oss",
     "exaone4", "hunyuan_v1_dense", "apertus", "arcee", "granitemoe", "ernie4_5", "helium"))
 # mRoPE as transformers' Qwen-VL text rotary embeddings apply it: (default mrope_section,
@@ -59,6 +59,7 @@ _MROPE = {
     "qwen2_vl": ((16, 24, 24), False), "qwen2_vl_text": ((16, 24, 24), False),
     "qwen2_5_vl": ((16, 24, 24), False), "qwen2_5_vl_text": ((16, 24, 24), False),
     "qwen3_vl": ((24, 20, 20), True), "qwen3_vl_text": ((24, 20, 20), True),
+    "qwen3_vl_moe": ((24, 20, 20), True), "qwen3_vl_moe_text": ((24, 20, 20), True),
 }
 # Gemma 3's two ropes (transformers' Gemma3TextConfig.convert_rope_params_to_dict).
 _GEMMA3 = ("gemma3", "gemma3_text")
@@ -356,19 +357,38 @@ def hf_rope_kwargs(config, *, seq_len=None, layer_type=None):
     """
     text, model_type, params, fields = _read(config, seq_len, layer_type)
     if model_type is None:
-        raise _error("the config has no model_type: pass the style explicitly (is_neox=True or False)")
-    interleave = _field(text, "rope_interleave")
-    is_neox = _ropepool._hf_rope_style(str(model_type), -1 if interleave is None else int(bool(interleave)))
-    inv_freq, attention_scaling = _ropepool._hf_rope_frequencies(**fields)
-    kwargs = {"inv_freq": np.array(inv_freq, dtype=np.float64),
-              "attention_scaling": attention_scaling,
-              "rotary_dim": fields["rotary_dim"], "is_neox": is_neox}
+        raise _error("the config has no model_type: pass the style explicitly, calling rope_pool_fused with "
+                     "hf_rope_parameters(config)'s inv_freq and attention_scaling and your is_neox (True or False)")
+    # before the style: a family outside the table that asks for mRoPE hears about mRoPE
     if model_type not in _MROPE and (params.get("mrope") or params.get("mrope_section") is not None):
         raise _error(f"this config asks for multimodal RoPE (rope type 'mrope' or an mrope_section), which "
                      f"ropepool reads for {', '.join(sorted(_MROPE))} only, not model type '{model_type}': "
                      "pass mrope_section yourself")
+    interleave = _field(text, "rope_interleave")
+    try:
+        is_neox = _ropepool._hf_rope_style(str(model_type), -1 if interleave is None else int(bool(interleave)))
+    except _ropepool.RopePoolError as e:
+        raise _error(f"{e}; hf_rope_kwargs does not guess it: call rope_pool_fused with hf_rope_parameters(config)'s "
+                     "inv_freq and attention_scaling and your is_neox") from None
+    inv_freq, attention_scaling = _ropepool._hf_rope_frequencies(**fields)
+    kwargs = {"inv_freq": np.array(inv_freq, dtype=np.float64),
+              "attention_scaling": attention_scaling,
+              "rotary_dim": fields["rotary_dim"], "is_neox": is_neox}
     if model_type in _MROPE:
         default_section, interleaved = _MROPE[model_type]
-        kwargs["mrope_section"] = [int(s) for s in params.get("mrope_section", default_section)]
+        kwargs["mrope_section"] = _mrope_section(params.get("mrope_section", default_section))
         kwargs["mrope_interleaved"] = interleaved
     return kwargs
+
+
+def _mrope_section(section):
+    """The config's mrope_section as three ints, or RopePoolError naming it (transformers splits
+    the table by it, so a float or bool entry is a broken config, not one to round)."""
+    try:
+        entries = list(section)
+    except TypeError:
+        entries = None
+    if entries is None or len(entries) != 3 or any(
+            isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)) for s in entries):
+        raise _error(f"config rope_parameters['mrope_section'] must be three ints, got {section!r}")
+    return [int(s) for s in entries]

@@ -179,11 +179,15 @@ def _mrope(section, interleaved):
     if section is None:
         return [0, 0, 0], int(interleaved)
     try:
-        entries = [operator.index(x) for x in section if not _is_bool(x)]
+        entries = list(section)
     except TypeError:
         entries = None
     if entries is None or len(entries) != 3:
         raise RopePoolError(f"mrope_section must be three ints [t, h, w] summing to rotary_dim / 2, got {section!r}")
+    for x in entries:  # the NumPy binding's words: a bool is a mistake, not 0 or 1
+        if _is_bool(x) or not hasattr(x, "__index__"):
+            raise TypeError(f"mrope_section entry must be an int, got {_type_name(x)}")
+    entries = [operator.index(x) for x in entries]
     if entries == [0, 0, 0]:
         raise RopePoolError("mrope_section [0, 0, 0] sums to 0, but must sum to rotary_dim / 2 (None = no mRoPE)")
     if any(not -2**31 <= x < 2**31 for x in entries):

@@ -226,6 +226,11 @@ def call_op(q, k, v, positions, slots, k_pool, v_pool, *, head_dim, num_qo_heads
         dict(head_dim=head_dim, num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, rope_base=rope_base,
              threads=threads, rotary_dim=rotary_dim, attention_scaling=attention_scaling, k_scale=k_scale,
              v_scale=v_scale, v_head_dim=v_head_dim, norm_eps=norm_eps, norm_weight_offset=norm_weight_offset))
+    for entry in () if mrope_section is None or isinstance(mrope_section, torch.Tensor) else mrope_section:
+        if _is_bool(entry):  # the schema's int[] would read True as 1; the direct call refuses it
+            kind = type(entry)  # named as the binding names it (C's tp_name: bool, numpy.bool)
+            where = "" if kind.__module__ == "builtins" else kind.__module__ + "."
+            raise TypeError(f"mrope_section entry must be an int, got {where}{kind.__name__}")
     if inv_freq is not None and not isinstance(inv_freq, torch.Tensor):
         inv_freq = torch.as_tensor(inv_freq, dtype=torch.float64)
     k_scale, v_scale = _scale_tensor(k_scale), _scale_tensor(v_scale)

@@ -403,6 +403,47 @@ def test_mrope_outside_the_qwen_vl_family_is_refused(ropepool, rope):
     assert np.array_equal(ropepool.hf_rope_parameters(config)[0], ropepool.hf_rope_parameters(plain)[0])
 
 
+def test_qwen3_vl_moe_is_served_like_qwen3_vl(ropepool):
+    """Qwen3-VL-30B-A3B / 235B-A22B: transformers' Qwen3VLMoeTextRotaryEmbedding is Qwen3-VL's
+    (interleaved sections, [24, 20, 20] by default, rotate-half), its head_dim hidden_size // heads."""
+    text = dict(hidden_size=1024, num_attention_heads=16, rope_theta=5e6)
+    want = ropepool.hf_rope_kwargs(dict(text, model_type="qwen3_vl_text", head_dim=64))
+    for config in (dict(text, model_type="qwen3_vl_moe_text"),
+                   dict(model_type="qwen3_vl_moe", text_config=dict(text, model_type="qwen3_vl_moe_text"))):
+        kw = ropepool.hf_rope_kwargs(config)
+        assert kw["is_neox"] is True and kw["rotary_dim"] == 64
+        assert kw["mrope_section"] == [24, 20, 20] and kw["mrope_interleaved"] is True
+        assert np.array_equal(kw["inv_freq"], want["inv_freq"])
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, "Qwen3VLMoeTextConfig"):
+        return
+    from transformers.models.qwen3_vl_moe import modeling_qwen3_vl_moe as m
+
+    hf = transformers.Qwen3VLMoeTextConfig(hidden_size=1024, num_attention_heads=16,
+                                           rope_parameters=dict(rope_type="default", rope_theta=5e6,
+                                                                mrope_section=[8, 12, 12]))
+    kw = ropepool.hf_rope_kwargs(hf)
+    rotary = m.Qwen3VLMoeTextRotaryEmbedding(hf)
+    assert kw["mrope_section"] == [8, 12, 12] == list(rotary.mrope_section)
+    assert ulps(kw["inv_freq"], rotary.inv_freq.numpy()).max() <= 1
+
+
+@pytest.mark.parametrize("section", [None, "abc", [16.7, 8.3, 8], [True, 15, 16], [16, 24], [8, 8, 8, 8]])
+def test_a_broken_mrope_section_in_the_config_is_named(ropepool, section):
+    config = dict(model_type="qwen2_vl", hidden_size=2048, num_attention_heads=16, rope_theta=1e6,
+                  rope_scaling=dict(type="mrope", mrope_section=section))
+    with pytest.raises(ropepool.RopePoolError,
+                       match=r"config rope_parameters\['mrope_section'\] must be three ints, got "):
+        ropepool.hf_rope_kwargs(config)
+
+
+def test_mrope_of_a_family_outside_the_table_is_named_before_its_style(ropepool):
+    config = dict(model_type="glm4v_text", hidden_size=2048, num_attention_heads=16,
+                  rope_parameters=dict(rope_type="default", rope_theta=1e7, mrope_section=[16, 24, 24]))
+    with pytest.raises(ropepool.RopePoolError, match="multimodal RoPE .* not model type 'glm4v_text'"):
+        ropepool.hf_rope_kwargs(config)
+
+
 def test_a_config_attribute_that_raises_is_named(ropepool):
     """transformers' Gemma 4 text config raises a RuntimeError for a per-layer head_dim."""
     class Config:

@@ -293,6 +293,9 @@ def test_uint8_pools_need_kv_cache_dtype_after_the_seeds_checks(mlx_fw):
     (dict(attention_scaling=np.True_), f"attention_scaling must be a number, got numpy.{type(np.True_).__name__}"),
     (dict(k_scale=True), "k_scale must be a number, got bool"),
     (dict(threads=True), "threads must be an int, got bool"),
+    (dict(mrope_section=[True, 16, 15]), "mrope_section entry must be an int, got bool"),
+    (dict(mrope_section=[16, 15, np.False_]), f"mrope_section entry must be an int, got numpy.{type(np.False_).__name__}"),
+    (dict(mrope_section=[16, 8.0, 8]), "mrope_section entry must be an int, got float"),
 ])
 def test_configuration_of_the_wrong_type_is_named_as_numpys_call_names_it(mlx_fw, kwargs, message):
     """The NumPy call's TypeError and text, not the extension's list of its overloads."""
@@ -304,6 +307,19 @@ def test_configuration_of_the_wrong_type_is_named_as_numpys_call_names_it(mlx_fw
     with pytest.raises(TypeError) as numpy_info:
         Problem(helpers.make_framework("numpy")).call(ropepool, **kwargs)
     assert str(numpy_info.value) == message
+    helpers.assert_unchanged(p, before)
+
+
+@pytest.mark.parametrize("section", [[True, 16, 8, 8], [16, 8, 8, False], [True, 16]])
+def test_a_section_of_the_wrong_length_is_refused_whatever_its_entries(mlx_fw, section):
+    """Not read as three ints once its bools are dropped: the NumPy call's refusal, verbatim."""
+    p = Problem(mlx_fw)
+    before = p.snapshot()
+    with pytest.raises(ropepool.RopePoolError) as info:
+        call(p, mrope_section=section)
+    with pytest.raises(ropepool.RopePoolError) as numpy_info:
+        Problem(helpers.make_framework("numpy")).call(ropepool, mrope_section=section)
+    assert str(info.value) == str(numpy_info.value)
     helpers.assert_unchanged(p, before)
 
 

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from helpers import Problem, check_call
@@ -131,6 +132,21 @@ def test_compiled_path_refuses_mixed_bools_as_eager_does(ropepool, given):
         ropepool.rope_pool_fused(*p.arrays(), **p.kwargs(**given))
     with pytest.raises(error, match=f"{name} must be"):
         torch_op.call_op(*p.arrays(), **p.kwargs(**given))
+    for old, x in zip(before, p.arrays()):
+        assert (old == p.fw.bits(x)).all()
+
+
+@pytest.mark.parametrize("entry", [True, np.False_])
+def test_compiled_path_refuses_a_bool_mrope_section_entry_as_eager_does(ropepool, entry):
+    """The schema's int[] reads True as 1; the direct call refuses it, and so does call_op."""
+    from ropepool import torch_op
+
+    p = problem("cpu")
+    before = p.snapshot()
+    name = "bool" if entry is True else f"numpy.{type(entry).__name__}"
+    for call in (ropepool.rope_pool_fused, torch_op.call_op):
+        with pytest.raises(TypeError, match=f"mrope_section entry must be an int, got {name}$"):
+            call(*p.arrays(), **p.kwargs(mrope_section=[entry, 15, 16]))
     for old, x in zip(before, p.arrays()):
         assert (old == p.fw.bits(x)).all()
 
