@@ -88,6 +88,7 @@ def python_batch(arrays, calls, outs, sync, f=None):
 CLOCK = time.perf_counter_ns  # --clock thread: time.thread_time_ns
 COMPILED_PLAIN = {}  # --torch-compile: name -> plain_torch(torch, ...)
 PAUSE_S = 0.02  # before each timed batch (measure)
+SAMPLES = {}  # T -> method -> each round's ns per call (measure)
 
 
 def plain_torch(torch, table=False):
@@ -280,6 +281,7 @@ def measure(T, P, backend, torch, rounds, budget_s, stat):
                 ns, f = timed(run, calls[name])
             samples[name].append(ns)
             faults[name].append(f)
+    SAMPLES[T] = samples
     pick = min if stat == "min" else statistics.median
     return {name: (pick(samples[name]), tuple(statistics.median(f[i] for f in faults[name])
                                                           for i in range(2))) for name in methods}
@@ -362,6 +364,12 @@ def fresh_output_sweep(tokens, P, torch, rounds, budget_s):
         os.environ.pop("ROPEPOOL_FRESH_OUTPUTS", None)
     else:
         os.environ["ROPEPOOL_FRESH_OUTPUTS"] = saved
+
+
+def _us(ns):
+    """ns as us, three significant digits, never in exponent form."""
+    us = ns / 1e3
+    return f"{us:.3g}" if us < 100 else f"{us:.0f}"
 
 
 def _positive(kind, what):
@@ -458,9 +466,12 @@ def main(argv=None):
         print("\nOverhead over the C call at T = 1: " + ", ".join(
             f"{n} {(results[1][n][0] - c) / 1e3:+.2f} us" for n in names))
     for name in COMPILED_PLAIN:
-        print(f"\n{name} against the call with fresh outputs (times faster): " + "; ".join(
-            f"T = {T}: numpy {r[name][0] / r['numpy fresh'][0]:.2f}x, torch "
-            f"{r[name][0] / r['torch fresh'][0]:.2f}x" for T, r in results.items()))
+        # with its rounds' range: compiled code's OpenMP threads stall for milliseconds when other
+        # work shares the CPUs, and a ratio from such rounds means nothing
+        print(f"\n{name} against the call with fresh outputs (times faster; the compiled code's rounds, us): "
+              + "; ".join(f"T = {T}: numpy {r[name][0] / r['numpy fresh'][0]:.2f}x, torch "
+                          f"{r[name][0] / r['torch fresh'][0]:.2f}x ({_us(min(SAMPLES[T][name]))}-"
+                          f"{_us(max(SAMPLES[T][name]))})" for T, r in results.items()))
     if args.fresh_outputs and args.backend == "cpu":
         fresh_output_sweep([T for T in tokens if T >= 1024], P, torch, args.rounds, args.seconds)
     if args.profile:
