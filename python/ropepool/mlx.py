@@ -304,28 +304,22 @@ def rope_pool_fused(
     attention_scaling = _number("attention_scaling", attention_scaling)
     if not (math.isfinite(attention_scaling) and attention_scaling > 0.0):  # 0 is the library's "not set"
         raise RopePoolError(f"attention_scaling must be positive and finite (default 1.0), got {attention_scaling!r}")
-    try:
-        return _ext.fused(
-            q, k, v, positions, slots, k_pool, v_pool,
-            head_dim, num_qo_heads, num_kv_heads, rope_base,
-            _style(is_neox),
-            rotary_dim,
-            _frequencies(inv_freq, rotary_dim, head_dim),
-            attention_scaling,
-            _integer("v_head_dim", v_head_dim, zero_refused="positive"),
-            _pool_format(kv_cache_dtype, k_pool),
-            _scale("k_scale", k_scale),
-            _scale("v_scale", v_scale),
-            section,
-            interleaved,
-            _integer("threads", threads, zero_refused=">= 1", none_means="ROPEPOOL_NUM_THREADS", bits=32),
-            stream,
-        )
-    except RopePoolError as error:  # uint8 pools without a format: the library's words are a C caller's
-        if str(error).startswith("k_pool and v_pool are uint8: set pool_dtype"):
-            raise RopePoolError("k_pool is uint8: say which fp8 format it stores with kv_cache_dtype='fp8_e4m3' "
-                                "(or 'fp8') or 'fp8_e5m2'") from None
-        raise
+    return _ext.fused(
+        q, k, v, positions, slots, k_pool, v_pool,
+        head_dim, num_qo_heads, num_kv_heads, rope_base,
+        _style(is_neox),
+        rotary_dim,
+        _frequencies(inv_freq, rotary_dim, head_dim),
+        attention_scaling,
+        _integer("v_head_dim", v_head_dim, zero_refused="positive"),
+        _pool_format(kv_cache_dtype, k_pool),
+        _scale("k_scale", k_scale),
+        _scale("v_scale", v_scale),
+        section,
+        interleaved,
+        _integer("threads", threads, zero_refused=">= 1", none_means="ROPEPOOL_NUM_THREADS", bits=32),
+        stream,
+    )
 
 
 __all__ = ["rope_pool_fused"]

@@ -203,15 +203,19 @@ def _is_bool(value):
     return isinstance(value, bool) or type(value).__name__ in ("bool_", "bool")
 
 
+def _type_name(value):
+    """A type's name as the binding names it (C's tp_name: bool, numpy.bool)."""
+    kind = type(value)
+    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
+
+
 def _refuse_mixed_bools(flags, numbers):
     for name, value in flags.items():
         if not _is_bool(value):
             raise _ropepool.RopePoolError(f"{name} must be True or False, got {value!r}")
     for name, value in numbers.items():
         if _is_bool(value):
-            kind = type(value)  # named as the binding names it (C's tp_name: bool, numpy.bool)
-            where = "" if kind.__module__ == "builtins" else kind.__module__ + "."
-            raise TypeError(f"{name} must be a number, got {where}{kind.__name__}")
+            raise TypeError(f"{name} must be a number, got {_type_name(value)}")
 
 
 def call_op(q, k, v, positions, slots, k_pool, v_pool, *, head_dim, num_qo_heads, num_kv_heads,
@@ -228,9 +232,7 @@ def call_op(q, k, v, positions, slots, k_pool, v_pool, *, head_dim, num_qo_heads
              v_scale=v_scale, v_head_dim=v_head_dim, norm_eps=norm_eps, norm_weight_offset=norm_weight_offset))
     for entry in () if mrope_section is None or isinstance(mrope_section, torch.Tensor) else mrope_section:
         if _is_bool(entry):  # the schema's int[] would read True as 1; the direct call refuses it
-            kind = type(entry)  # named as the binding names it (C's tp_name: bool, numpy.bool)
-            where = "" if kind.__module__ == "builtins" else kind.__module__ + "."
-            raise TypeError(f"mrope_section entry must be an int, got {where}{kind.__name__}")
+            raise TypeError(f"mrope_section entry must be an int, got {_type_name(entry)}")
     if inv_freq is not None and not isinstance(inv_freq, torch.Tensor):
         inv_freq = torch.as_tensor(inv_freq, dtype=torch.float64)
     k_scale, v_scale = _scale_tensor(k_scale), _scale_tensor(v_scale)

@@ -11,6 +11,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "python_words.h"
 #include "ropepool.h"
 
 /* ---- array frameworks ------------------------------------------------------------------------- */
@@ -49,11 +50,6 @@ int rpy_torch_current_stream(int device, void **stream);
 int rpy_torch_is_capturing(void);
 /* The index of torch's current CUDA device, or -1 with an exception. */
 int rpy_torch_current_device(void);
-/* uint8 pools without a format: the library's message, and the same in Python's words (the
- * keyword, not the C field). */
-#define RPY_UINT8_POOLS_C "k_pool and v_pool are uint8: set pool_dtype"
-#define RPY_UINT8_POOLS_PYTHON \
-    "k_pool is uint8: say which fp8 format it stores with kv_cache_dtype='fp8_e4m3' (or 'fp8') or 'fp8_e5m2'"
 
 /* How torch tensors are read: "native", "exchange" or "surface"; NULL while torch is not imported. */
 const char *rpy_torch_reader(void);

@@ -9,6 +9,7 @@
  * strides; the library checks slot values before it writes anything.
  */
 #include "rope_pool_mlx.h"
+#include "../python_words.h"
 
 #include <array>
 #include <atomic>
@@ -80,6 +81,8 @@ void run(rp_context *ctx, const rp_rope_pool_args &args)
 {
     char message[MESSAGE_SIZE];
     const rp_status st = rp_rope_pool_fused(ctx, &args, message, sizeof message);
+    if (st != RP_OK && std::strncmp(message, RPY_UINT8_POOLS_C, sizeof RPY_UINT8_POOLS_C - 1) == 0)
+        throw Error(st, RPY_UINT8_POOLS_PYTHON); /* the keyword a Python caller sets, not the C field */
     if (st != RP_OK)
         throw Error(st, message);
 }
