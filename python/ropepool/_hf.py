@@ -50,7 +50,8 @@ _DEFAULT_PARTIAL = {
 # types' functions in modeling_rope_utils.py do, for every family).
 _DEFAULT_ROPE_IGNORES_PARTIAL = frozenset((
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_vl", "qwen2_vl_text",
-    "qwen2_5_vl", "qwen2_5_vl_text", "qwen3_vl", "qwen3_vl_text", "qwen3_vl_moe", "qwen3_vl_moe_text", "gemma", "gemma2", "gemma3", "gemma3_text",
+    "qwen2_5_vl", "qwen2_5_vl_text", "qwen3_vl", "qwen3_vl_text", "qwen3_vl_moe", "qwen3_vl_moe_text",
+    "gemma", "gemma2", "gemma3", "gemma3_text",
     "starcoder2", "olmo", "granite", "falcon", "cohere", "cohere2", "gpt_oss", "olmo2", "smollm3", "seed_oss",
     "exaone4", "hunyuan_v1_dense", "apertus", "arcee", "granitemoe", "ernie4_5", "helium"))
 # mRoPE as transformers' Qwen-VL text rotary embeddings apply it: (default mrope_section,

@@ -49,6 +49,7 @@ except ImportError as error:
     ) from error
 
 from . import RopePoolError, num_threads
+from ._names import type_name as _type_name
 
 try:
     from . import _ropepool_mlx as _ext
@@ -76,12 +77,6 @@ def _is_bool(value):
     """True, False or a numpy.bool_: never a number here (rope_base=True would silently mean 1.0),
     as in the NumPy call."""
     return isinstance(value, (bool, np.bool_))
-
-
-def _type_name(value):
-    """A type's name as the NumPy call's message gives it (C's tp_name: numpy.bool, float)."""
-    kind = type(value)
-    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
 
 
 def _integer(name, value, zero_refused=None, none_means="head_dim", least=1, bits=64):

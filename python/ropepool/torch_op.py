@@ -34,6 +34,7 @@ import os
 import torch
 
 from . import _ropepool
+from ._names import type_name as _type_name
 
 # The extension keywords after the seed's, in schema order, with their defaults. The direct binding
 # receives only those that differ from the default, so the operator works with any binding that
@@ -201,12 +202,6 @@ def _scale_tensor(scale):
 # does call_op, so that a call refused in eager mode is refused compiled.
 def _is_bool(value):
     return isinstance(value, bool) or type(value).__name__ in ("bool_", "bool")
-
-
-def _type_name(value):
-    """A type's name as the binding names it (C's tp_name: bool, numpy.bool)."""
-    kind = type(value)
-    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
 
 
 def _refuse_mixed_bools(flags, numbers):
