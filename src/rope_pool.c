@@ -50,7 +50,8 @@ static rp_status run(rp_context *ctx, const rp_rope_pool_args *args, rp_parts pa
             return rp_fail(&err, RP_ERR_INVALID_ARGUMENT,
                            "tensors are on cuda:%d but the context serves cuda:%d",
                            (int)args->q.device.index, (int)ctx->cuda_device);
-    } else if ((st = rp_resolve_host_scales(&p, &err)) != RP_OK ||
+    } else if ((st = rp_cpu_check_forced_level(&err)) != RP_OK ||
+               (st = rp_resolve_host_scales(&p, &err)) != RP_OK ||
                (st = rp_validate_slots(&p, p.slots, &err)) != RP_OK) {
         return st;
     }

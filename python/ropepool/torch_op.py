@@ -6,7 +6,7 @@ see ``_torch_hooks.py``; importing it again is a no-op)::
 
     ropepool::rope_pool_fused(Tensor q, Tensor k, Tensor v, Tensor positions, Tensor slots,
         Tensor(a!) k_pool, Tensor(b!) v_pool, *, int head_dim, int num_qo_heads, int num_kv_heads,
-        float rope_base, <the extension keywords>) -> (Tensor q_rot, Tensor k_rot)
+        Scalar rope_base, <the extension keywords>) -> (Tensor q_rot, Tensor k_rot)
     ropepool::rope_pool_fused.out(<the same>, Tensor(c!) q_out, Tensor(d!) k_out) -> ()
 
 The default overload mutates k_pool and v_pool in place and returns fresh q_rot and k_rot; the
@@ -38,28 +38,29 @@ from ._names import type_name as _type_name
 
 # The extension keywords after the seed's, in schema order, with their defaults. The direct binding
 # receives only those that differ from the default, so the operator works with any binding that
-# implements the keywords a caller actually uses.
+# implements the keywords a caller actually uses. Flags and non-size numbers are Scalars, so that
+# the binding sees what the caller passed (see _refuse_mixed_bools).
 EXTENSIONS = (
-    ("threads", "int? threads=None", None),
-    ("checked", "bool checked=False", False),
-    ("is_neox", "bool is_neox=True", True),
+    ("threads", "Scalar? threads=None", None),
+    ("checked", "Scalar checked=False", False),
+    ("is_neox", "Scalar is_neox=True", True),
     ("rotary_dim", "int? rotary_dim=None", None),
     ("inv_freq", "Tensor? inv_freq=None", None),
-    ("attention_scaling", "float attention_scaling=1.0", 1.0),
+    ("attention_scaling", "Scalar attention_scaling=1.0", 1.0),
     ("kv_layout", "str kv_layout=\"flat\"", "flat"),
     ("kv_cache_dtype", "str kv_cache_dtype=\"auto\"", "auto"),
     ("k_scale", "Tensor? k_scale=None", None),  # None: 1.0 (a torch operator takes no number|Tensor)
     ("v_scale", "Tensor? v_scale=None", None),
     ("v_head_dim", "int? v_head_dim=None", None),
     ("mrope_section", "int[]? mrope_section=None", None),
-    ("mrope_interleaved", "bool mrope_interleaved=False", False),
+    ("mrope_interleaved", "Scalar mrope_interleaved=False", False),
     ("q_norm_weight", "Tensor? q_norm_weight=None", None),
     ("k_norm_weight", "Tensor? k_norm_weight=None", None),
-    ("norm_eps", "float? norm_eps=None", None),  # None: 1e-6 with a weight (the binding's default)
-    ("norm_weight_offset", "float norm_weight_offset=0.0", 0.0),
+    ("norm_eps", "Scalar? norm_eps=None", None),  # None: 1e-6 with a weight (the binding's default)
+    ("norm_weight_offset", "Scalar norm_weight_offset=0.0", 0.0),
 )
 INPUTS = "Tensor q, Tensor k, Tensor v, Tensor positions, Tensor slots, "
-KEYWORDS = (", *, int head_dim, int num_qo_heads, int num_kv_heads, float rope_base, "
+KEYWORDS = (", *, int head_dim, int num_qo_heads, int num_kv_heads, Scalar rope_base, "
             + ", ".join(decl for _, decl, _ in EXTENSIONS))
 OUTS = ", Tensor(c!) q_out, Tensor(d!) k_out) -> ()"
 POOLS = "Tensor(a!) k_pool, Tensor(b!) v_pool"
@@ -197,9 +198,12 @@ def _scale_tensor(scale):
     return None if scale == 1.0 else torch.tensor(float(scale), dtype=torch.float64)
 
 
-# The operator's schema turns 0 and 1 given for a bool into bools, and a bool given for a number
-# into that number; the direct call refuses both (is_neox=0, rope_base=True are mistakes), and so
-# does call_op, so that a call refused in eager mode is refused compiled.
+# The direct call refuses 0 or 1 given for a bool and a bool given for a number (is_neox=0,
+# rope_base=True are mistakes). The operator's bool and float keywords are Scalars, which reach the
+# binding as given (a bool argument would make is_neox=2 True, a float one rope_base=True 1.0); its
+# int keywords stay ints (sizes, symbolic under dynamic shapes), which torch's parser fills from a
+# bool. call_op refuses all of these before the operator, so that a call refused in eager mode is
+# refused compiled with the same message.
 def _is_bool(value):
     return isinstance(value, bool) or type(value).__name__ in ("bool_", "bool")
 

@@ -410,6 +410,27 @@ def test_forced_cpu_kernel_level_is_reported_and_exact(ropepool):
     assert done.stdout.strip() == "reference"
 
 
+@pytest.mark.parametrize("level", ["bogus", "AVX2", "above"])
+def test_a_cpu_kernel_level_this_process_cannot_run_is_refused(ropepool, level):
+    """ROPEPOOL_CPU naming no level of this build, or one above what the CPU runs, fails every CPU
+    call with a message naming it, and writes nothing: never another level in its place."""
+    if level == "above":
+        order = ["reference", "portable", "avx2", "avx512"] if ropepool.cpu_kernel() != "neon" else []
+        higher = order[order.index(ropepool.cpu_kernel()) + 1:] if ropepool.cpu_kernel() in order else []
+        if not higher:
+            pytest.skip(f"this CPU runs the highest level of this build ({ropepool.cpu_kernel()})")
+        level = higher[0]
+    code = ("import sys; sys.path.insert(0, %r); import ropepool, helpers; "
+            "fw = helpers.make_framework('numpy'); p = helpers.Problem(fw, T=16); b = p.snapshot()\n"
+            "try:\n    p.call(ropepool)\nexcept ropepool.RopePoolError as e:\n    print(e)\n"
+            "assert all((old == fw.bits(x)).all() for old, x in zip(b, p.arrays())), 'written'"
+            % os.path.dirname(os.path.abspath(__file__)))
+    done = run_python(code, ROPEPOOL_CPU=level)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"ROPEPOOL_CPU={level} is "), done.stdout
+    assert ("not a CPU kernel level" if level in ("bogus", "AVX2") else "cannot run") in done.stdout
+
+
 def test_error_type_is_a_value_error(ropepool):
     assert issubclass(ropepool.RopePoolError, ValueError)
 

@@ -117,21 +117,29 @@ def test_operator_refusal_is_the_librarys_and_writes_nothing(ropepool, device):
         assert (old == p.fw.bits(x)).all()
 
 
-@pytest.mark.parametrize("given", [dict(is_neox=0), dict(mrope_interleaved=1), dict(checked=0),
-                                   dict(rope_base=True), dict(num_qo_heads=True), dict(attention_scaling=True)])
-def test_compiled_path_refuses_mixed_bools_as_eager_does(ropepool, given):
-    """torch's schema turns 0 into False and True into 1.0; the direct call refuses both, and so does
-    call_op (what Dynamo traces), before the operator: nothing written."""
+@pytest.mark.parametrize("given", [dict(is_neox=0), dict(is_neox=2), dict(mrope_interleaved=1), dict(checked=0),
+                                   dict(rope_base=True), dict(num_qo_heads=True), dict(attention_scaling=True),
+                                   dict(threads=True), dict(norm_weight_offset=False)])
+def test_mixed_bools_are_refused_as_eager_does(ropepool, given):
+    """The direct call refuses a number for a bool and a bool for a number; so does call_op (what
+    Dynamo traces), and so does the operator called as it is for its bool and float keywords, which
+    its schema declares as Scalars so that they reach the library as given (a bool schema argument
+    would make is_neox=2 True, a float one rope_base=True 1.0). Its int keywords are ints (shape
+    sizes, symbolic under dynamic shapes), which torch's parser fills from a bool: only call_op
+    refuses num_qo_heads=True. Nothing written."""
     from ropepool import torch_op
 
     p = problem("cpu")
     before = p.snapshot()
     (name, value), = given.items()
-    error = TypeError if name in ("rope_base", "num_qo_heads", "attention_scaling") else ropepool.RopePoolError
-    with pytest.raises(error, match=name):
-        ropepool.rope_pool_fused(*p.arrays(), **p.kwargs(**given))
-    with pytest.raises(error, match=f"{name} must be"):
-        torch_op.call_op(*p.arrays(), **p.kwargs(**given))
+    numbers = ("rope_base", "num_qo_heads", "attention_scaling", "threads", "norm_weight_offset")
+    error = TypeError if name in numbers else ropepool.RopePoolError
+    calls = [ropepool.rope_pool_fused, torch_op.call_op]
+    if name != "num_qo_heads":
+        calls.append(torch.ops.ropepool.rope_pool_fused)
+    for call in calls:
+        with pytest.raises(error, match=f"{name} must be"):
+            call(*p.arrays(), **p.kwargs(**given))
     for old, x in zip(before, p.arrays()):
         assert (old == p.fw.bits(x)).all()
 

@@ -3,8 +3,9 @@
  *
  * The table starts as the reference kernel; the levels up to the best one the CPU supports then
  * replace its entries in order (x86-64: portable, avx2, avx512; aarch64: portable, neon).
- * ROPEPOOL_CPU=<level> caps the level (a level the CPU or this build lacks is refused with a
- * warning, never executed), and ROPEPOOL_VERBOSE=1 prints the choice.
+ * ROPEPOOL_CPU=<level> caps the level; a name that is no level, or a level the CPU or this build
+ * lacks, is never run instead by another: every CPU call is then refused with a message naming it
+ * (rp_cpu_check_forced_level). ROPEPOOL_VERBOSE=1 prints the choice.
  */
 #include "kernels.h"
 
@@ -44,6 +45,9 @@ enum { NUM_LEVELS = (int)(sizeof levels / sizeof levels[0]) };
 
 static rp_cpu_kernels table;
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
+/* ROPEPOOL_CPU as read by fill_table, when it names a level this process cannot run */
+static enum { FORCED_OK, FORCED_UNKNOWN, FORCED_UNSUPPORTED } forced_state;
+static char forced_name[64];
 
 #ifdef RP_HAVE_X86_KERNELS
 /* CPUID leaf 1, ECX bit 29: __builtin_cpu_supports has no "f16c" before clang 15. F16C needs
@@ -94,17 +98,10 @@ static void fill_table(void)
     const char *forced = getenv("ROPEPOOL_CPU");
     if (forced && *forced) {
         const int found = level_index(forced);
-        if (found < 0) {
-            fprintf(stderr, "ropepool: ROPEPOOL_CPU=%s is not one of", forced);
-            for (int i = NUM_LEVELS - 1; i >= 0; i--)
-                fprintf(stderr, " %s%s", levels[i].name, i ? "," : ";");
-            fprintf(stderr, " using %s\n", levels[level].name);
-        } else if (found > level) {
-            fprintf(stderr, "ropepool: ROPEPOOL_CPU=%s is not supported by this CPU; using %s\n",
-                    forced, levels[level].name);
-        } else {
+        forced_state = found < 0 ? FORCED_UNKNOWN : found > level ? FORCED_UNSUPPORTED : FORCED_OK;
+        snprintf(forced_name, sizeof forced_name, "%s", forced);
+        if (forced_state == FORCED_OK)
             level = found;
-        }
     }
     for (int i = 0; i <= level; i++)
         levels[i].fill(&table);
@@ -117,6 +114,25 @@ const rp_cpu_kernels *rp_cpu_kernel_table(void)
 {
     pthread_once(&table_once, fill_table);
     return &table;
+}
+
+rp_status rp_cpu_check_forced_level(rp_err *err)
+{
+    rp_cpu_kernel_table();
+    if (forced_state == FORCED_OK)
+        return RP_OK;
+    char names[128] = "";
+    for (int i = NUM_LEVELS - 1; i >= 0; i--) {
+        const size_t used = strlen(names);
+        snprintf(names + used, sizeof names - used, "%s%s", levels[i].name, i ? ", " : "");
+    }
+    if (forced_state == FORCED_UNKNOWN)
+        return rp_fail(err, RP_ERR_INVALID_ARGUMENT,
+                       "ROPEPOOL_CPU=%s is not a CPU kernel level of this build (%s); unset it for the "
+                       "best this CPU runs", forced_name, names);
+    return rp_fail(err, RP_ERR_INVALID_ARGUMENT,
+                   "ROPEPOOL_CPU=%s is a level this CPU cannot run: it runs at most %s (levels of this "
+                   "build: %s)", forced_name, levels[best_supported()].name, names);
 }
 
 int rp_cpu_level_supported(const char *level)
