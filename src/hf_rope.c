@@ -240,10 +240,15 @@ static rp_status check_params(const rp_hf_rope_params *p, rp_err *err)
             if (f == NULL)
                 return rp_fail(err, RP_ERR_INVALID_ARGUMENT, "%s is NULL (longrope needs rotary_dim/2 = %lld)",
                                name, (long long)(p->rotary_dim / 2));
-            for (int64_t j = 0; j < p->rotary_dim / 2; j++)
+            for (int64_t j = 0; j < p->rotary_dim / 2; j++) {
                 if (!positive_finite(f[j]))
                     return rp_fail(err, RP_ERR_INVALID_ARGUMENT, "%s[%lld] must be finite and > 0, got %g",
                                    name, (long long)j, f[j]);
+                if (!isfinite(f32(f[j]))) /* the table divides by it in float32: by infinity, 0 */
+                    return rp_fail(err, RP_ERR_INVALID_ARGUMENT,
+                                   "%s[%lld] %g overflows float32, in which the table is built", name,
+                                   (long long)j, f[j]);
+            }
         }
     if (p->rope_type == RP_HF_ROPE_LLAMA3) {
         if (!positive_finite(p->low_freq_factor) || !isfinite(p->high_freq_factor) ||

@@ -120,6 +120,8 @@ int rp_tensor_extent(const rp_tensor *t, rp_extent *out)
         int64_t reach;
         if (t->shape[i] <= 0)
             continue;
+        if (t->shape[i] > 1 && t->strides[i] == INT64_MIN)
+            return 0; /* a step of 2^63 elements: no address space has it, and -stride overflows */
         if (__builtin_mul_overflow(t->shape[i] - 1, t->strides[i], &reach))
             return 0;
         if (reach < 0 ? __builtin_add_overflow(lo, reach, &lo) : __builtin_add_overflow(hi, reach, &hi))

@@ -632,8 +632,14 @@ rp_status rp_validate_slots(const rp_problem *p, const void *slots, rp_err *err)
     const int64_t T = p->num_tokens;
     enum { STACK_ENTRIES = 512 };
     slot_entry stack[STACK_ENTRIES];
+    /* The set holds at most min(T, pool_size) slots (the loop stops at the first out of range),
+     * at most half full. A T of 2^58 (stride-0 inputs) must not wrap its size to a small block. */
+    const uint64_t most = (uint64_t)(T < p->pool_size ? T : p->pool_size);
+    if (most > SIZE_MAX / sizeof(slot_entry) / 4)
+        return rp_fail(err, RP_ERR_OUT_OF_MEMORY, "out of memory checking %lld slots for duplicates",
+                       (long long)T);
     size_t cap = 16;
-    while (cap < 2 * (size_t)T)
+    while (cap < 2 * most)
         cap *= 2;
     slot_entry *set = stack;
     if (cap > STACK_ENTRIES && (set = malloc(cap * sizeof *set)) == NULL)

@@ -292,6 +292,57 @@ static void test_c_api_audit_findings(void)
     fixture_free(&f);
 }
 
+/* A second C-API review's findings (stop 48). Both calls describe memory they never touch: the
+ * checks must stop them before any byte is read or written. */
+static void test_second_c_api_review_findings(void)
+{
+    char msg[256];
+    static uint16_t q[2], k[2], v[2], k_pool[2], v_pool[2];
+    static int64_t positions[1] = {0}, slots[1] = {0};
+    /* T = 2^58 + 1 tokens read from one element each (stride 0), all on slot 0: the duplicate-slot
+     * set was sized from T, whose byte count wrapped to a 0-byte block and was written past. */
+    const int64_t T = ((int64_t)1 << 58) + 1;
+    rp_rope_pool_args a;
+    memset(&a, 0, sizeof a);
+    a.q = rp_tensor_3d(q, RP_F16, T, 1, 2);
+    a.k = rp_tensor_3d(k, RP_F16, T, 1, 2);
+    a.v = rp_tensor_3d(v, RP_F16, T, 1, 2);
+    a.positions = rp_tensor_1d(positions, RP_I64, T);
+    a.slots = rp_tensor_1d(slots, RP_I64, T);
+    a.q.strides[0] = a.k.strides[0] = a.v.strides[0] = a.positions.strides[0] = a.slots.strides[0] = 0;
+    a.k_pool = rp_tensor_3d(k_pool, RP_F16, 1, 1, 2);
+    a.v_pool = rp_tensor_3d(v_pool, RP_F16, 1, 1, 2);
+    /* outputs in the upper half of the address space, 2^60 bytes each: only their ranges are read */
+    a.q_rot = rp_tensor_3d((void *)(uintptr_t)0x8000000000000000ull, RP_F16, T, 1, 2);
+    a.k_rot = rp_tensor_3d((void *)(uintptr_t)0xA000000000000000ull, RP_F16, T, 1, 2);
+    a.head_dim = 2;
+    a.num_qo_heads = a.num_kv_heads = 1;
+    a.rope_base = 10000;
+    CHECK(rp_rope_pool_fused(NULL, &a, msg, sizeof msg) == RP_ERR_DUPLICATE_SLOT, "%s", msg);
+    CHECK(strcmp(msg, "slot 0 is used by tokens 0 and 1: each slot may be written once per call") == 0, "got %s", msg);
+    CHECK(k_pool[0] == 0 && k_pool[1] == 0 && v_pool[0] == 0 && v_pool[1] == 0, "a refused call wrote a pool");
+    /* a pool stride of INT64_MIN 1-byte elements (fp8) from an upper-half address: its range fits,
+     * but no address space has a step of 2^63, and the overlap search negated it (UB) */
+    a = (rp_rope_pool_args){0};
+    static uint16_t q1[2], k1[2], v1[2], q_rot[2], k_rot[2];
+    a.q = rp_tensor_3d(q1, RP_BF16, 1, 1, 2);
+    a.k = rp_tensor_3d(k1, RP_BF16, 1, 1, 2);
+    a.v = rp_tensor_3d(v1, RP_BF16, 1, 1, 2);
+    a.q_rot = rp_tensor_3d(q_rot, RP_BF16, 1, 1, 2);
+    a.k_rot = rp_tensor_3d(k_rot, RP_BF16, 1, 1, 2);
+    a.positions = rp_tensor_1d(positions, RP_I64, 1);
+    a.slots = rp_tensor_1d(slots, RP_I64, 1);
+    a.k_pool = rp_tensor_3d((void *)(uintptr_t)0x8000000000000100ull, RP_F8_E4M3, 2, 1, 2);
+    a.k_pool.strides[0] = INT64_MIN;
+    a.v_pool = rp_tensor_3d((void *)(uintptr_t)0x8000000000000200ull, RP_F8_E4M3, 2, 1, 2);
+    a.head_dim = 2;
+    a.num_qo_heads = a.num_kv_heads = 1;
+    a.rope_base = 10000;
+    CHECK(rp_rope_pool_fused(NULL, &a, msg, sizeof msg) == RP_ERR_INVALID_ARGUMENT, "%s", msg);
+    CHECK(strcmp(msg, "k_pool strides overflow the address space for shape (2, 1, 2)") == 0, "got %s", msg);
+    CHECK(q_rot[0] == 0 && k_rot[0] == 0, "a refused call wrote an output");
+}
+
 static void test_outputs_devices_and_memory(void)
 {
     EXPECT(q_rot_narrow, RP_ERR_INVALID_ARGUMENT, "q_rot shape must match q shape, got (6, 8, 32) vs (6, 8, 64)");
@@ -444,6 +495,7 @@ int main(void)
     RUN(test_inv_freq_is_read_up_to_rotary_dim_over_2);
     RUN(test_other_extensions_are_checked);
     RUN(test_c_api_audit_findings);
+    RUN(test_second_c_api_review_findings);
     RUN(test_outputs_devices_and_memory);
     RUN(test_aliasing_outputs_are_rejected);
     RUN(test_slot_values_are_checked_in_token_order);

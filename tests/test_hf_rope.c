@@ -151,6 +151,11 @@ static void test_bad_parameters_are_refused_by_name_and_write_nothing(void)
     expect_refusal(&l, RP_ERR_INVALID_ARGUMENT, "long_factor is NULL");
     l.long_factor = longs;
     expect_refusal(&l, RP_ERR_INVALID_ARGUMENT, "long_factor[6] must be finite and > 0");
+    /* finite, but infinity in float32, where the table divides by it: its frequency would be 0 */
+    const double huge_shorts[8] = {1, 1, 1e300, 1, 1, 1, 1, 1}, good_longs[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    l.short_factor = huge_shorts;
+    l.long_factor = good_longs;
+    expect_refusal(&l, RP_ERR_INVALID_ARGUMENT, "short_factor[2] 1e+300 overflows float32");
 
     /* Valid-looking numbers that overflow float32: refused after computing, still nothing written. */
     rp_hf_rope_params o = {0};
