@@ -257,6 +257,7 @@ int bench_parse_args(int argc, char **argv, bench_options *o)
     double rope_base = 0;
     int have_preset = 0, have_shape = 0, style = -1, no_scaling = 0, qk_norm = -1;
     int64_t rotary_dim = -1;
+    unsigned given = 0; /* bit j: valued[j] seen */
 
     for (int i = 1; i < argc; i++) {
         char opt[64];
@@ -276,6 +277,8 @@ int bench_parse_args(int argc, char **argv, bench_options *o)
             fputs(usage, stdout);
             return 1;
         }
+        if ((!strcmp(opt, "--list-presets") || !strcmp(opt, "--list-backends")) && argc != 2)
+            return fail("%s takes no other options", opt);
         if (!strcmp(opt, "--list-presets")) {
             list_presets();
             return 1;
@@ -302,11 +305,15 @@ int bench_parse_args(int argc, char **argv, bench_options *o)
                                              "--seconds", "--json", "--svg", "--style",
                                              "--rotary-dim", "--rope-scaling", "--qk-norm", "--baseline",
                                              "--kv-layout", "--block-size", "--kv-dtype"};
-        int known = 0;
+        int known = -1;
         for (size_t j = 0; j < sizeof valued / sizeof valued[0]; j++)
-            known |= strcmp(opt, valued[j]) == 0;
-        if (!known)
+            if (strcmp(opt, valued[j]) == 0)
+                known = (int)j;
+        if (known < 0)
             return fail("unknown option '%s' (see --help)", argv[i]);
+        if (given & (1u << known)) /* the last would win silently */
+            return fail("%s is given twice: give it once", opt);
+        given |= 1u << known;
         if (!arg) {
             if (i + 1 >= argc)
                 return fail("%s needs a value (see --help)", opt);
@@ -380,6 +387,7 @@ int bench_parse_args(int argc, char **argv, bench_options *o)
         } else if (!strcmp(opt, "--pool")) {
             if (!parse_int(arg, 1, (int64_t)1 << 31, &o->pool_size))
                 return fail("--pool: '%s' is not a slot count (want an integer from 1 to 2^31)", arg);
+            o->pool_given = 1;
         } else if (!strcmp(opt, "--max-pos")) {
             if (!parse_int(arg, 1, (int64_t)1 << 31, &o->max_position))
                 return fail("--max-pos: '%s' is not a position bound (want an integer from 1 to 2^31)", arg);
@@ -402,6 +410,7 @@ int bench_parse_args(int argc, char **argv, bench_options *o)
         } else if (!strcmp(opt, "--block-size")) {
             if (!parse_int(arg, 1, 1 << 20, &o->block_size))
                 return fail("--block-size: '%s' is not a block size (want an integer from 1 to 2^20)", arg);
+            o->block_size_given = 1;
         } else if (!strcmp(opt, "--kv-dtype")) {
             if (!strcmp(arg, "auto"))
                 o->kv_dtype = RP_DTYPE_UNSET;
@@ -438,6 +447,14 @@ int bench_parse_args(int argc, char **argv, bench_options *o)
     }
     if (have_preset && have_shape)
         return fail("--preset and --shape both name a shape; give one");
+    if (o->kv_layout == RP_KV_FLAT && o->block_size_given)
+        return fail("--block-size %lld needs a paged --kv-layout (NHD or HND): the flat pools have no blocks",
+                    (long long)o->block_size);
+    if (o->baseline_seed && !o->unfused)
+        return fail("--baseline seed is the second series, which --no-unfused turns off: give one");
+    if (o->kv_layout != RP_KV_FLAT && o->pool_given && o->pool_size % o->block_size != 0)
+        return fail("--pool %lld is not a whole number of --block-size %lld blocks", (long long)o->pool_size,
+                    (long long)o->block_size);
     if (rope_base > 0)
         o->shape.rope_base = rope_base;
     if (style >= 0)

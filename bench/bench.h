@@ -102,6 +102,7 @@ typedef struct bench_options {
     int hugepages;       /* back host buffers with transparent huge pages (madvise) */
     int32_t kv_layout;   /* rp_kv_layout of the pools (--kv-layout) */
     int64_t block_size;  /* paged layouts: rows per block (--block-size) */
+    int block_size_given, pool_given; /* --block-size, --pool on the command line (checked against the layout) */
     rp_dtype kv_dtype;   /* pool format: 0 = the inputs' dtype, or RP_F8_E4M3 / RP_F8_E5M2 */
     const char *json_path, *svg_path;
     char command[1024];  /* the command line, for the JSON */

@@ -45,17 +45,36 @@ static void leave(json *j, char bracket)
     j->need_comma = 1;
 }
 
+/* The length of the well-formed UTF-8 sequence at c (1-4), or 0 (RFC 3629: no overlong forms,
+ * surrogates or code points past U+10FFFF). */
+static int utf8_length(const unsigned char *c)
+{
+    const unsigned char b = c[0];
+    const int n = b < 0x80 ? 1 : b >= 0xc2 && b <= 0xdf ? 2 : b >= 0xe0 && b <= 0xef ? 3 : b >= 0xf0 && b <= 0xf4 ? 4 : 0;
+    const unsigned char lo = b == 0xe0 ? 0xa0 : b == 0xf0 ? 0x90 : 0x80, hi = b == 0xed ? 0x9f : b == 0xf4 ? 0x8f : 0xbf;
+    for (int i = 1; i < n; i++)
+        if (c[i] < (i == 1 ? lo : 0x80) || c[i] > (i == 1 ? hi : 0xbf))
+            return 0;
+    return n;
+}
+
+/* A JSON string: UTF-8 as it is, each byte that is not part of a well-formed sequence (a path
+ * in another encoding) as U+FFFD, so that the file stays valid JSON. */
 static void str(json *j, const char *k, const char *v)
 {
     key(j, k);
     fputc('"', j->f);
-    for (const unsigned char *c = (const unsigned char *)v; *c; c++) {
-        if (*c == '"' || *c == '\\')
+    for (const unsigned char *c = (const unsigned char *)v; *c;) {
+        const int n = utf8_length(c);
+        if (n == 0)
+            fputs("\\ufffd", j->f);
+        else if (*c == '"' || *c == '\\')
             fprintf(j->f, "\\%c", *c);
         else if (*c < 0x20)
             fprintf(j->f, "\\u%04x", *c);
         else
-            fputc(*c, j->f);
+            fwrite(c, 1, (size_t)n, j->f);
+        c += n ? n : 1;
     }
     fputc('"', j->f);
     j->need_comma = 1;

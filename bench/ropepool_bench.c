@@ -11,6 +11,8 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <unistd.h> /* access */
 
 static int failed_checks(const bench_report *rep)
@@ -53,6 +55,18 @@ static int writable(const char *option, const char *path)
     return !path || f;
 }
 
+/* --json and --svg naming one file (the same path, or two names of it): the SVG would replace the
+ * JSON. Files not there yet are compared by path. */
+static int same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    if (!a || !b)
+        return 0;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    return strcmp(a, b) == 0;
+}
+
 static int write_outputs(const bench_report *rep, char *msg, size_t msg_size)
 {
     const bench_options *o = rep->options;
@@ -79,6 +93,10 @@ int main(int argc, char **argv)
         return parsed > 0 ? 0 : 2;
 
     /* Every argument error comes out before anything runs. */
+    if (same_file(o.json_path, o.svg_path)) {
+        fprintf(stderr, "ropepool-bench: --json and --svg name one file, '%s': give each its own\n", o.json_path);
+        return 2;
+    }
     if (!writable("--json", o.json_path) || !writable("--svg", o.svg_path))
         return 2;
     if ((o.backends & BENCH_CPU) && bench_options_for(&o, BENCH_CPU, &cpu))

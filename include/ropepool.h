@@ -272,8 +272,9 @@ typedef struct rp_rope_pool_args {
     int32_t num_threads;  /* CPU: at most this many threads for this call; 0 = the context's       */
     int64_t rotary_dim;   /* R: the rotated leading part of each head, even, 2 <= R <= D; dims
                              R..D-1 pass through unchanged. 0 = head_dim                           */
-    const double *inv_freq; /* [R/2] caller's frequencies in radians per position (finite, >= 0;
-                             0 leaves its pair unrotated), host memory read during the call and
+    const double *inv_freq; /* [R/2] caller's frequencies in radians per position (>= 0, at most
+                             DBL_MAX / 2^63 so that every int64 position's angle is finite; 0
+                             leaves its pair unrotated), host memory read during the call and
                              not kept; NULL = rope_base's. A float32 table: widen it (exactly)   */
     uint32_t flags;       /* RP_CHECK_SLOTS | RP_VALIDATE_ONLY                                     */
     int32_t kv_layout;    /* rp_kv_layout; RP_KV_FLAT (0) = the seed's [P, Hk, D] pools             */

@@ -241,10 +241,19 @@ static rp_status check_variant(const rp_rope_pool_args *a, rp_err *err)
     if (R > D)
         return rp_fail(err, bad, "rotary_dim %lld is larger than head_dim %lld", R, D);
     const int64_t half = (a->rotary_dim ? a->rotary_dim : a->head_dim) / 2;
-    for (int64_t j = 0; a->inv_freq != NULL && j < half; j++)
+    /* the angle position * f must stay finite for every int64 position (|position| <= 2^63):
+     * beyond, sin and cos of infinity would be NaN outputs */
+    const double most_freq = DBL_MAX / 0x1p63;
+    for (int64_t j = 0; a->inv_freq != NULL && j < half; j++) {
         if (!(isfinite(a->inv_freq[j]) && a->inv_freq[j] >= 0.0))
             return rp_fail(err, bad, "inv_freq[%lld] must be finite and >= 0, got %g", (long long)j,
                            a->inv_freq[j]);
+        if (a->inv_freq[j] > most_freq)
+            return rp_fail(err, bad,
+                           "inv_freq[%lld] = %g is too large: the angle position * inv_freq would overflow "
+                           "float64 for positions near 2^63 (at most %g)",
+                           (long long)j, a->inv_freq[j], most_freq);
+    }
     if (a->attention_scaling != 0.0 && !(isfinite(a->attention_scaling) && a->attention_scaling > 0.0))
         return rp_fail(err, bad, "attention_scaling must be positive and finite (0 = 1.0), got %g",
                        a->attention_scaling);

@@ -67,6 +67,7 @@ static void freq_negative(fixture *f) { set_freq(f, 0, 5, -1.0); }
 static void freq_nan_last(fixture *f) { set_freq(f, 0, 31, NAN); }
 static void freq_inf_first(fixture *f) { set_freq(f, 16, 0, INFINITY); }
 static void freq_negative_partial(fixture *f) { set_freq(f, 16, 7, -0.25); }
+static void freq_overflows_the_angle(fixture *f) { set_freq(f, 0, 3, 1e290); }
 static void scaling_negative(fixture *f) { f->args.attention_scaling = -1.0; }
 static void scaling_nan(fixture *f) { f->args.attention_scaling = NAN; }
 static void scaling_inf(fixture *f) { f->args.attention_scaling = INFINITY; }
@@ -214,6 +215,9 @@ static void test_rope_variant_fields_name_the_value(void)
     EXPECT(freq_nan_last, RP_ERR_INVALID_ARGUMENT, "inv_freq[31] must be finite and >= 0, got nan");
     EXPECT(freq_inf_first, RP_ERR_INVALID_ARGUMENT, "inv_freq[0] must be finite and >= 0, got inf");
     EXPECT(freq_negative_partial, RP_ERR_INVALID_ARGUMENT, "inv_freq[7] must be finite and >= 0, got -0.25");
+    EXPECT(freq_overflows_the_angle, RP_ERR_INVALID_ARGUMENT,
+           "inv_freq[3] = 1e+290 is too large: the angle position * inv_freq would overflow float64 for positions "
+           "near 2^63 (at most 1.94906e+289)");
     EXPECT(scaling_negative, RP_ERR_INVALID_ARGUMENT,
            "attention_scaling must be positive and finite (0 = 1.0), got -1");
     EXPECT(scaling_nan, RP_ERR_INVALID_ARGUMENT,

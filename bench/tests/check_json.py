@@ -5,7 +5,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 report_path, svg_path = sys.argv[1], sys.argv[2]
-with open(report_path) as f:
+with open(report_path, encoding="utf-8") as f:  # JSON is UTF-8, whatever the locale
     report = json.load(f)
 
 problems = []

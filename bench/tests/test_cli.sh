@@ -62,6 +62,14 @@ expect_error rotary_dim_past_head_dim "--rotary-dim 130 exceeds head_dim 128" --
 expect_error unknown_scaling "'yarn' is not 'none'" --rope-scaling yarn
 expect_error json_not_writable "--json: cannot write" --json "$tmp/no/such/dir/r.json"
 expect_error subnormal_rope_base "'1e-320' is not a number in" --rope-base 1e-320
+# What would otherwise be ignored, or changed, without a word
+expect_error shape_given_twice "--shape is given twice" --shape 4/2/32 --shape 8/2/32
+expect_error block_size_of_flat_pools "--block-size 8 needs a paged --kv-layout" --kv-layout flat --block-size 8
+expect_error pool_of_part_blocks "--pool 64 is not a whole number of --block-size 7 blocks" --kv-layout NHD \
+    --block-size 7 --pool 64
+expect_error seed_baseline_turned_off "--baseline seed is the second series" --baseline seed --no-unfused
+expect_error list_presets_with_options "--list-presets takes no other options" --list-presets -T abc
+expect_error json_and_svg_one_file "--json and --svg name one file" --json "$tmp/one" --svg "$tmp/one"
 # A run refused after the report paths were probed leaves no empty report behind.
 expect_error refused_run_leaves_no_report "exceeds the pool's 10 slots" --backend cpu --pool 10 -T 100 \
     --json "$tmp/refused.json" --svg "$tmp/refused.svg"
@@ -82,7 +90,7 @@ fi
 
 # A short CPU sweep: verified, quiet on stderr, JSON and SVG written.
 if "$bench" --backend cpu --preset tinyllama-1.1b -T 1,8 --pool 4096 --threads 1,2 --seconds 0.02 \
-        --json "$tmp/r.json" --svg "$tmp/r.svg" >"$tmp/out" 2>"$tmp/err"; then
+        --json "$tmp/r"$'\xff'".json" --svg "$tmp/r.svg" >"$tmp/out" 2>"$tmp/err"; then
     if [ -s "$tmp/err" ]; then
         fail "short_sweep: wrote to stderr: $(cat "$tmp/err")"
     elif [ "$(grep -cE '^ +(1|8) +1 .* ok [0-9.]+ / ok [0-9.]+$' "$tmp/out")" -ne 4 ]; then
@@ -91,7 +99,8 @@ if "$bench" --backend cpu --preset tinyllama-1.1b -T 1,8 --pool 4096 --threads 1
     else
         echo "ok   short_sweep"
     fi
-    if "$python" "$here/check_json.py" "$tmp/r.json" "$tmp/r.svg"; then
+    # the path's byte 0xff is no UTF-8: the report's command line must still be valid JSON
+    if "$python" "$here/check_json.py" "$tmp/r"$'\xff'".json" "$tmp/r.svg"; then
         echo "ok   json_fields_and_svg"
     else
         fail "json_fields_and_svg"

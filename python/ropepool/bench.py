@@ -389,7 +389,10 @@ def _token_counts(text):
     """-T: comma-separated token counts, each >= 1."""
     counts = []
     for part in text.split(","):
-        counts.append(_positive(int, "each token count")(part.strip()))
+        count = _positive(int, "each token count")(part.strip())
+        if count in counts:
+            raise argparse.ArgumentTypeError(f"T = {count} is listed twice")
+        counts.append(count)
     return counts
 
 
@@ -415,6 +418,15 @@ def main(argv=None):
     parser.add_argument("--torch-compile", action="store_true",
                         help="cpu: also time torch.compile (Inductor) of the same step in plain torch code")
     args = parser.parse_args(argv)
+    tokens = args.tokens or _token_counts("1,16,256,1024,4096" if args.backend == "cpu" else "1,64,1024,4096")
+    if max(tokens) > args.pool:
+        parser.error(f"T = {max(tokens)} exceeds --pool {args.pool} (each token writes its own slot): raise "
+                     "--pool or lower -T")
+    for flag, given in (("--fresh-outputs", args.fresh_outputs), ("--torch-compile", args.torch_compile)):
+        if given and args.backend != "cpu":
+            parser.error(f"{flag} compares CPU calls: it needs --backend cpu")
+    if args.fresh_outputs and max(tokens) < 1024:
+        parser.error("--fresh-outputs compares fresh outputs at T >= 1024: give such a T")
     try:
         import torch
     except ImportError:
@@ -428,8 +440,7 @@ def main(argv=None):
         SHAPE["threads"] = 1
         if torch is not None:  # torch.compile's code too: its other threads' time would not count
             torch.set_num_threads(1)
-    tokens = args.tokens or _token_counts("1,16,256,1024,4096" if args.backend == "cpu" else "1,64,1024,4096")
-    P = max(args.pool, max(tokens))
+    P = args.pool
     where = f"cpu kernel {ropepool.cpu_kernel()}, {ropepool.num_threads()} threads" if args.backend == "cpu" \
         else f"cuda {torch.cuda.get_device_name()}"
     print(f"ropepool {ropepool.version()}: the Python call beside the C call; Llama-3-8B (Hq 32, Hk 8, D 128), "
@@ -438,7 +449,9 @@ def main(argv=None):
           + f"; {args.stat} of {args.rounds} interleaved rounds, us per call ({args.clock} clock) (x: ratio to C; faults: minor page "
           "faults per call; sys: kernel-mode CPU us per call); load average "
           + " ".join(f"{x:.1f}" for x in os.getloadavg()))
-    if args.torch_compile and args.backend == "cpu" and torch is not None:
+    if args.torch_compile and torch is None:
+        print("--torch-compile: not timed, torch is not installed")
+    if args.torch_compile and torch is not None:
         COMPILED_PLAIN["torch.compile plain"] = plain_torch(torch)
         COMPILED_PLAIN["torch.compile plain, cos/sin cache"] = plain_torch(torch, table=True)
     results = {}

@@ -95,6 +95,8 @@ def _integer(name, value, zero_refused=None, none_means="head_dim", least=1, bit
 def _number(name, value):
     """A float (a one-element mx.array is read now: the call uses the value it has at this moment);
     a text is refused, as the NumPy call refuses it, not parsed."""
+    if isinstance(value, np.ndarray) and value.ndim > 0:  # as the NumPy call: a 0-d array is a number
+        raise TypeError(f"{name} must be a number, got numpy.ndarray")
     size = getattr(value, "size", 1)
     if size != 1:
         raise RopePoolError(f"{name} must be a number or a one-element array, got {size} elements")
@@ -131,7 +133,14 @@ def _config_integer(name, value, bits=64):
 
 def _scale(name, value):
     """k_scale / v_scale: the library reads 0 as "not set" (1.0), so an explicit 0 (a calibration
-    gone wrong) is refused here, as every scale that is not positive and finite."""
+    gone wrong) is refused here, as every scale that is not positive and finite. An array: one
+    float32 element (or float64), as the NumPy call takes it."""
+    if isinstance(value, (np.ndarray, mx.array)):
+        dtype = str(value.dtype).rsplit(".", 1)[-1]
+        if value.size != 1 or dtype not in ("float32", "float64"):
+            raise RopePoolError(f"{name} must be a number or a one-element float32 array (float64 on the host), "
+                                f"got {value.size} element{'' if value.size == 1 else 's'} of {dtype}")
+        value = value.reshape(-1)[0].item() if isinstance(value, np.ndarray) else value.item()
     value = _number(name, value)
     if not (math.isfinite(value) and value > 0.0):
         raise RopePoolError(f"{name} must be a positive finite number (default 1.0), got {value!r}")
@@ -271,6 +280,7 @@ def rope_pool_fused(
             "q_out/k_out are not supported on MLX arrays, which are immutable: use the returned "
             "q_rot and k_rot"
         )
+    norm_weight_offset = _number("norm_weight_offset", norm_weight_offset)
     if q_norm_weight is not None or k_norm_weight is not None or norm_eps is not None or norm_weight_offset != 0.0:
         raise RopePoolError(
             "q_norm_weight/k_norm_weight (QK-norm) are not supported on MLX arrays yet: apply the "

@@ -260,6 +260,11 @@ def test_mlx_only_refusals_name_the_keyword(mlx_fw):
         (dict(k_scale=0), "k_scale must be a positive finite number (default 1.0), got 0.0"),
         (dict(v_scale=-0.0), "v_scale must be a positive finite number (default 1.0), got -0.0"),
         (dict(k_scale=float("inf")), "k_scale must be a positive finite number (default 1.0), got inf"),
+        # a scale array as the NumPy call takes it: one float32 (or float64) element
+        (dict(k_scale=np.array([2], np.int64)), "k_scale must be a number or a one-element float32 array "
+                                                "(float64 on the host), got 1 element of int64"),
+        (dict(v_scale=mx.array([0.5, 0.5])), "v_scale must be a number or a one-element float32 array "
+                                             "(float64 on the host), got 2 elements of float32"),
         # the table is read whatever integer type head_dim has (it was dropped for NumPy's)
         (dict(head_dim=np.int64(64), inv_freq=np.full(32, np.nan)), "inv_freq[0] must be finite and >= 0, got nan"),
     ]
@@ -296,6 +301,9 @@ def test_uint8_pools_need_kv_cache_dtype_after_the_seeds_checks(mlx_fw):
     (dict(mrope_section=[True, 16, 15]), "mrope_section entry must be an int, got bool"),
     (dict(mrope_section=[16, 15, np.False_]), f"mrope_section entry must be an int, got numpy.{type(np.False_).__name__}"),
     (dict(mrope_section=[16, 8.0, 8]), "mrope_section entry must be an int, got float"),
+    (dict(attention_scaling=np.array([2.0])), "attention_scaling must be a number, got numpy.ndarray"),
+    (dict(norm_weight_offset=np.array([0.0, 1.0])), "norm_weight_offset must be a number, got numpy.ndarray"),
+    (dict(norm_weight_offset="1"), "norm_weight_offset must be a number, got str"),
 ])
 def test_configuration_of_the_wrong_type_is_named_as_numpys_call_names_it(mlx_fw, kwargs, message):
     """The NumPy call's TypeError and text, not the extension's list of its overloads."""
