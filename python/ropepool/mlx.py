@@ -140,7 +140,7 @@ def _scale(name, value):
         if value.size != 1 or dtype not in ("float32", "float64"):
             raise RopePoolError(f"{name} must be a number or a one-element float32 array (float64 on the host), "
                                 f"got {value.size} element{'' if value.size == 1 else 's'} of {dtype}")
-        value = value.reshape(-1)[0].item() if isinstance(value, np.ndarray) else value.item()
+        value = value.item()
     value = _number(name, value)
     if not (math.isfinite(value) and value > 0.0):
         raise RopePoolError(f"{name} must be a positive finite number (default 1.0), got {value!r}")

@@ -414,12 +414,11 @@ def test_forced_cpu_kernel_level_is_reported_and_exact(ropepool):
 def test_a_cpu_kernel_level_this_process_cannot_run_is_refused(ropepool, level):
     """ROPEPOOL_CPU naming no level of this build, or one above what the CPU runs, fails every CPU
     call with a message naming it, and writes nothing: never another level in its place."""
-    if level == "above":
-        order = ["reference", "portable", "avx2", "avx512"] if ropepool.cpu_kernel() != "neon" else []
-        higher = order[order.index(ropepool.cpu_kernel()) + 1:] if ropepool.cpu_kernel() in order else []
-        if not higher:
-            pytest.skip(f"this CPU runs the highest level of this build ({ropepool.cpu_kernel()})")
-        level = higher[0]
+    if level == "above":  # the x86-64 levels, lowest first (aarch64's highest, neon, has none above)
+        levels, kernel = ["reference", "portable", "avx2", "avx512"], ropepool.cpu_kernel()
+        if kernel not in levels[:-1]:
+            pytest.skip(f"this CPU runs the highest level of this build ({kernel})")
+        level = levels[levels.index(kernel) + 1]
     code = ("import sys; sys.path.insert(0, %r); import ropepool, helpers; "
             "fw = helpers.make_framework('numpy'); p = helpers.Problem(fw, T=16); b = p.snapshot()\n"
             "try:\n    p.call(ropepool)\nexcept ropepool.RopePoolError as e:\n    print(e)\n"
