@@ -59,6 +59,10 @@ enum {
      * without norm: cuda-h200-stop29-ncu.txt) runs on several multiprocessors instead of one. */
     NORM_DECODE_BLOCK_THREADS = 128,
     MAX_NORM_DECODE_CHUNKS = 64,
+    /* Decode of a token wider than half a multiprocessor's threads (DeepSeek-V3 MLA: 137 heads of
+     * 4 groups, 548 threads, one block a multiprocessor): from two blocks a multiprocessor its
+     * heads are taken in up to this many passes of narrower blocks (decode_pass_heads). */
+    MAX_DECODE_PASSES = 8,
     MAX_HEAD_CHUNKS = 65535, /* gridDim.z */
     MAX_TABLE_BYTES = 48 * 1024,
     MAX_TOKENS_PER_BLOCK = 64, /* blockDim.z */
@@ -161,6 +165,30 @@ static long long norm_decode_heads(long long T, long long sms, long long heads, 
         }
     }
     return best_hy;
+}
+
+/* Plain decode: the heads a block takes in one pass (the kernel loops over the token's others),
+ * for `blocks` blocks of `heads` heads of gb lanes over sms multiprocessors of `limit` threads. A
+ * token that fits twice in a multiprocessor keeps one pass (the wave rule then applies). A wider
+ * one (one block a multiprocessor) takes the fewest passes whose blocks are all resident at once.
+ * MLA's 137 heads on an H100's 132 multiprocessors: at T = 256 two passes (blocks of 69 heads,
+ * two a multiprocessor) 3.41 us against 3.96 for one wave of whole tokens, each block serving two
+ * in turn (cold 5.84 against 6.05); at T = 512 three (46 heads, four a multiprocessor) 4.73
+ * against 6.86 (cold 8.64 against 10.90); at T = 128, a token a multiprocessor, one pass 2.56
+ * against two passes' 3.12. 128/8/128 and 96/8/128 (two blocks a token) at T = 256-512, up to
+ * eight passes: 0.65-0.82 of the time hot, 0.75-0.86 cold; Llama-3-8B's plans are unchanged
+ * (bench/results/cuda-h100-stop49-mla-passes.md). */
+static long long decode_pass_heads(long long blocks, long long sms, long long heads, long long gb, long long limit)
+{
+    if (2 * div_up(heads * gb, 32) * 32 <= limit)
+        return heads;
+    const long long per_sm = div_up(blocks, sms);
+    for (long long passes = 1; passes <= MAX_DECODE_PASSES; passes++) {
+        const long long hy = div_up(heads, passes);
+        if (limit / (div_up(hy * gb, 32) * 32) >= per_sm)
+            return hy;
+    }
+    return heads; /* more tokens than that: one wave of whole tokens (rp_cuda_plan_complete) */
 }
 
 /* Prefill: the heads a thread row takes (hy, at most `heads`) when a token may take `threads`
@@ -281,6 +309,8 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
     }
     if (norm && prefetch == 1)
         hy = norm_hy > 0 ? norm_hy : hy; /* decode: a token's heads in chunks (norm_decode_heads) */
+    else if (!large && prefetch == 1)
+        hy = decode_pass_heads(T * (groups / gb), sms, hy, gb, limit); /* plain decode */
     if (norm) /* whole warps: QK-norm's shuffles then take the full mask (qk_norm.cuh) */
         hy = div_up(hy * gb, 32) * 32 / gb;
     if (hy * gb > limit)

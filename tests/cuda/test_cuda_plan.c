@@ -207,8 +207,9 @@ static void test_norm_decode_builds(void)
 /* Decode calls of 1.5 waves of blocks or more launch one, its blocks looping over tokens. On 132
  * multiprocessors, at 768 threads each in whole warps: 4 blocks of 192 threads for 32/8/128 (two
  * a token: 264 tokens at once), 6 of 128 for 16/8/256 (four a token: 198), 2 of 320 for 64/8/128
- * (two a token: 132), 1 of 520 for 128/1/64 (130 heads of 4 groups: 132), 4 of 160 for 32/4/64
- * (one a token: 528, more than T = 400). */
+ * (two a token: 132), 4 of 160 for 32/4/64 (one a token: 528, more than T = 400). 128/1/64 (130
+ * heads of 4 groups, 520 threads) takes its heads in three passes of 44 at T = 400, four blocks
+ * of 192 threads a multiprocessor: all 400 resident (test_wide_decode_passes). */
 static void test_decode_waves(void)
 {
     static const struct {
@@ -218,7 +219,7 @@ static void test_decode_waves(void)
         {{32, 8, 128, RP_ROPE_NEOX, 0, 0, 0}, 264},
         {{16, 8, 256, RP_ROPE_NEOX, 0, 0, 0}, 198},
         {{64, 8, 128, RP_ROPE_NEOX, 0, 0, 0}, 132},
-        {{128, 1, 64, RP_ROPE_GPTJ, 0, 0, 0}, 132},
+        {{128, 1, 64, RP_ROPE_GPTJ, 0, 0, 0}, 400},
         {{32, 8, 128, RP_ROPE_NEOX, 0, 1, 0}, 264},
         {{32, 4, 64, RP_ROPE_NEOX, 0, 0, 0}, 400}, /* 4 blocks of 160 threads: 528 tokens at once */
     };
@@ -249,10 +250,57 @@ static void test_decode_waves(void)
     }
 }
 
+/* A decode token wider than half a multiprocessor (128/1/64: 130 heads of 4 groups, 520 threads)
+ * keeps one pass to a token a multiprocessor, then takes the fewest passes (at most 8) whose
+ * blocks (in whole warps, 768 threads a multiprocessor) are all resident: two passes of 65 heads
+ * (288 threads, two a multiprocessor) to two tokens a multiprocessor, three of 44 (192 threads,
+ * four) to four. 128/8/128 (144 heads, two blocks of 4 groups a token, 576 threads each): five
+ * passes of 29 heads at T = 320 (640 blocks: five a multiprocessor, six of 128 threads fit), six
+ * of 24 at T = 512 (eight, eight of 96). Narrower tokens (64/8/128: 320 threads, two fit) always
+ * one. */
+static void test_wide_decode_passes(void)
+{
+    static const struct {
+        plan_case c;
+        int sms;
+        int64_t T, heads_per_pass;
+    } cases[] = {
+        {{128, 1, 64, RP_ROPE_GPTJ, 0, 0, 0}, 132, 1, 130},   {{128, 1, 64, RP_ROPE_GPTJ, 0, 0, 0}, 132, 132, 130},
+        {{128, 1, 64, RP_ROPE_GPTJ, 0, 0, 0}, 132, 133, 65},  {{128, 1, 64, RP_ROPE_GPTJ, 0, 0, 0}, 132, 264, 65},
+        {{128, 1, 64, RP_ROPE_GPTJ, 0, 0, 0}, 132, 265, 44},  {{128, 1, 64, RP_ROPE_GPTJ, 0, 0, 0}, 132, 527, 44},
+        {{128, 1, 64, RP_ROPE_GPTJ, 0, 0, 0}, 108, 109, 65},  {{128, 1, 64, RP_ROPE_GPTJ, 0, 1, 0}, 132, 256, 65},
+        {{128, 8, 128, RP_ROPE_NEOX, 0, 0, 0}, 132, 320, 29}, {{128, 8, 128, RP_ROPE_NEOX, 0, 0, 0}, 132, 512, 24},
+        {{64, 8, 128, RP_ROPE_NEOX, 0, 0, 0}, 132, 300, 80},  {{64, 8, 128, RP_ROPE_NEOX, 0, 0, 0}, 132, 500, 80},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fixture f;
+        void *extra = NULL;
+        rp_problem p;
+        if (!make_problem(&cases[i].c, RP_BF16, &f, &extra, &p))
+            continue;
+        rp_cuda_state st;
+        memset(&st, 0, sizeof st);
+        st.num_sms = cases[i].sms;
+        st.compute_capability = 90;
+        p.num_tokens = cases[i].T;
+        const rp_cuda_plan plan = rp_cuda_make_plan(&st, &p, RP_PARTS_ALL);
+        const int passes = cases[i].heads_per_pass < plan.heads; /* then every block resident: grid T */
+        CHECK(plan.items_per_thread == 1 && plan.heads_per_pass == cases[i].heads_per_pass &&
+                  (!passes || plan.grid == (unsigned)cases[i].T),
+              "%lld/%lld/%lld%s, %d SMs, T = %lld: %d heads a pass, grid %u, %d items a thread (want %lld heads)",
+              (long long)cases[i].c.Hq, (long long)cases[i].c.Hk, (long long)cases[i].c.D,
+              cases[i].c.fp8 ? " fp8" : "", cases[i].sms, (long long)cases[i].T, plan.heads_per_pass, plan.grid,
+              plan.items_per_thread, (long long)cases[i].heads_per_pass);
+        free(extra);
+        fixture_free(&f);
+    }
+}
+
 int main(void)
 {
     RUN(test_plans_launch_as_made);
     RUN(test_norm_decode_builds);
     RUN(test_decode_waves);
+    RUN(test_wide_decode_passes);
     return test_summary("cuda_plan");
 }
