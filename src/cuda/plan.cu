@@ -42,7 +42,12 @@ enum {
      * 32/4/64 keep their geometry. */
     DEEP_CALL_TOKENS_PER_SM = 40,
     DEEP_CALL_HEADS_PER_THREAD = 3,
-    MIN_LARGE_CALL_BLOCK_THREADS = 64, /* below, several tokens share a block; one measured best */
+    /* A prefill block takes whole tokens up to at least this many threads ("one measured best"
+     * for tokens of 64 or more). A narrower token that does not divide it rounds up: MLA at TP 8
+     * (52 threads) two tokens a block, 0.91-0.97 of the time at T = 600-4096 hot and cold, fp8
+     * too; 8/1/128 (40 threads) 0.76-0.88 at T = 2048-4096, 1.03-1.04 at T = 600-1024 (an H100,
+     * bench/results/cuda-h100-stop49-mla-passes.md). */
+    MIN_LARGE_CALL_BLOCK_THREADS = 64,
     /* Decode: a token's groups are split over blocks of this many (or 2); four groups (D = 64 in
      * 16-bit) in one block ran 4-27% faster than two blocks of two at T = 1-256 on 32/4/64, 8/1/64
      * and MLA at TP 8 (plan-h200.md). */
@@ -315,7 +320,7 @@ rp_cuda_plan rp_cuda_make_plan(const rp_cuda_state *st, const rp_problem *p, rp_
         hy = div_up(hy * gb, 32) * 32 / gb;
     if (hy * gb > limit)
         hy = limit / gb;
-    long long y = large ? MIN_LARGE_CALL_BLOCK_THREADS / (hy * gb) : 1;
+    long long y = large ? div_up(MIN_LARGE_CALL_BLOCK_THREADS, hy * gb) : 1;
     if (y * hy * gb > limit)
         y = limit / (hy * gb);
     const long long table_bytes_per_token = gb * per_vector * 2 * (long long)sizeof(float);
