@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Stop 49's last device call. On an H200: the tables issues 19 (MLA), 20 (the Python call) and 14
-# (QK-norm) quote for that card (run_session_on_device.sh STEPS="mla python qknorm"). On another
-# GPU: how many tokens a prefill block should take (ropepool-tune-cuda y=2 / y=4 against the plan)
-# over the shapes whose tokens are narrower than the plan's 64-thread block floor, hot and cold.
+# Stop 49's last device calls. Default: the CUDA suites on this tree and the MLA tables (issue 19),
+# with the Python call's (issue 20) on an H200 (run_session_on_device.sh STEPS="tests mla
+# [python]"). PART=y (on an H100, stop 49): how many tokens a prefill block should take
+# (ropepool-tune-cuda y=2 / y=4 against the plan) over the shapes whose tokens are narrower than
+# the plan's 64-thread block floor, hot and cold.
 set -uo pipefail
 OUT=${OUT:-out-device}; mkdir -p $OUT
 G=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "GPU: $G"
-if echo "$G" | grep -q H200; then
-  STEPS="mla python qknorm" bash bench/tune/run_session_on_device.sh 2>&1 | tail -40
+if [ "${PART:-}" != y ]; then
+  S="tests mla"; echo "$G" | grep -q H200 && S="tests mla python"
+  STEPS="$S" bash bench/tune/run_session_on_device.sh 2>&1 | tail -60
   exit 0
 fi
 t0=$(date +%s)
