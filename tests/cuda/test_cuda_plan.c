@@ -121,6 +121,27 @@ static int check_plan(const rp_problem *p, rp_parts parts, const rp_cuda_plan *p
     return test_failures == before;
 }
 
+/* The plan for case c in bf16 at T tokens on `sms` multiprocessors of compute capability 9.0, for
+ * a whole call; returns 0 where the case's problem does not validate (a failed check). */
+static int plan_at(const plan_case *c, int sms, int64_t T, rp_cuda_plan *plan)
+{
+    fixture f;
+    void *extra = NULL;
+    rp_problem p;
+    const int ok = make_problem(c, RP_BF16, &f, &extra, &p);
+    if (ok) {
+        rp_cuda_state st;
+        memset(&st, 0, sizeof st);
+        st.num_sms = sms;
+        st.compute_capability = 90;
+        p.num_tokens = T;
+        *plan = rp_cuda_make_plan(&st, &p, RP_PARTS_ALL);
+    }
+    free(extra);
+    fixture_free(&f);
+    return ok;
+}
+
 static void test_plans_launch_as_made(void)
 {
     static const plan_case cases[] = {
@@ -224,19 +245,11 @@ static void test_decode_waves(void)
         {{32, 4, 64, RP_ROPE_NEOX, 0, 0, 0}, 400}, /* 4 blocks of 160 threads: 528 tokens at once */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        fixture f;
-        void *extra = NULL;
-        rp_problem p;
-        if (!make_problem(&cases[i].c, RP_BF16, &f, &extra, &p))
-            continue;
-        rp_cuda_state st;
-        memset(&st, 0, sizeof st);
-        st.num_sms = 132;
-        st.compute_capability = 90;
         const int64_t Ts[3] = {1, 100, 400};
         for (int t = 0; t < 3; t++) {
-            p.num_tokens = Ts[t];
-            const rp_cuda_plan plan = rp_cuda_make_plan(&st, &p, RP_PARTS_ALL);
+            rp_cuda_plan plan;
+            if (!plan_at(&cases[i].c, 132, Ts[t], &plan))
+                break;
             const int64_t want = t == 2 ? cases[i].grid_at_400 : Ts[t];
             CHECK(plan.items_per_thread == 1 && plan.tokens_per_block == 1 && plan.wave_sms == 132 &&
                       plan.grid == want,
@@ -245,8 +258,6 @@ static void test_decode_waves(void)
                   cases[i].c.fp8 ? " fp8" : "", (long long)Ts[t], plan.grid, plan.items_per_thread, plan.wave_sms,
                   (long long)want);
         }
-        free(extra);
-        fixture_free(&f);
     }
 }
 
@@ -273,17 +284,9 @@ static void test_wide_decode_passes(void)
         {{64, 8, 128, RP_ROPE_NEOX, 0, 0, 0}, 132, 300, 80},  {{64, 8, 128, RP_ROPE_NEOX, 0, 0, 0}, 132, 500, 80},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        fixture f;
-        void *extra = NULL;
-        rp_problem p;
-        if (!make_problem(&cases[i].c, RP_BF16, &f, &extra, &p))
+        rp_cuda_plan plan;
+        if (!plan_at(&cases[i].c, cases[i].sms, cases[i].T, &plan))
             continue;
-        rp_cuda_state st;
-        memset(&st, 0, sizeof st);
-        st.num_sms = cases[i].sms;
-        st.compute_capability = 90;
-        p.num_tokens = cases[i].T;
-        const rp_cuda_plan plan = rp_cuda_make_plan(&st, &p, RP_PARTS_ALL);
         const int passes = cases[i].heads_per_pass < plan.heads; /* then every block resident: grid T */
         CHECK(plan.items_per_thread == 1 && plan.heads_per_pass == cases[i].heads_per_pass &&
                   (!passes || plan.grid == (unsigned)cases[i].T),
@@ -291,8 +294,6 @@ static void test_wide_decode_passes(void)
               (long long)cases[i].c.Hq, (long long)cases[i].c.Hk, (long long)cases[i].c.D,
               cases[i].c.fp8 ? " fp8" : "", cases[i].sms, (long long)cases[i].T, plan.heads_per_pass, plan.grid,
               plan.items_per_thread, (long long)cases[i].heads_per_pass);
-        free(extra);
-        fixture_free(&f);
     }
 }
 
