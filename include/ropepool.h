@@ -529,7 +529,8 @@ RP_API rp_status rp_hf_rope_style(const char *model_type, int32_t rope_interleav
  * (aarch64), "portable", or "reference". The environment variable ROPEPOOL_CPU (same names)
  * forces a lower level; a name that is no level of this build, or a level this CPU cannot run,
  * makes every CPU call fail with RP_ERR_INVALID_ARGUMENT naming it (never another level run in its
- * place). With ROPEPOOL_VERBOSE=1 the choice is printed to stderr once. Calls whose
+ * place), and this function return "none". With ROPEPOOL_VERBOSE=1 the choice (or that refusal)
+ * is printed to stderr once. Calls whose
  * head_dim is not the innermost contiguous dimension of every tensor fall back to the reference
  * kernel. */
 RP_API const char *rp_cpu_kernel_name(void);

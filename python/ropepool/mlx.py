@@ -294,7 +294,8 @@ def rope_pool_fused(
     for name, array in (("q", q), ("k", k), ("v", v), ("positions", positions), ("slots", slots),
                         ("k_pool", k_pool), ("v_pool", v_pool)):
         if not isinstance(array, mx.array):
-            raise TypeError(f"{name} must be an mx.array like q, got {type(array).__name__}")
+            raise TypeError(f"ropepool.mlx takes mx.arrays: {name} is a {type(array).__name__} (convert it with "
+                            f"mx.array, or call ropepool.rope_pool_fused on NumPy arrays)")
     if k_pool is v_pool:  # the same buffer twice: known now (other overlaps when evaluated)
         raise RopePoolError("v_pool overlaps k_pool: outputs must not share memory")
     if not _context_ready:

@@ -99,6 +99,9 @@ static PyObject *check_cuda(PyObject *module, PyObject *args, PyObject *kwargs)
     PyObject *device = Py_None;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:check_cuda", keywords, &device))
         return NULL;
+    if (!rp_has_cuda())
+        return rpy_raise(RP_ERR_UNSUPPORTED, "check_cuda: this build of ropepool has no CUDA backend "
+                                             "(ropepool.has_cuda() is False), so no CUDA call ran to check");
     const int index = cuda_device_index(device);
     if (index < 0)
         return NULL;
@@ -162,7 +165,8 @@ static PyMethodDef methods[] = {
      "check_cuda($module, /, device=None)\n--\n\n"
      "Wait for the current stream of a CUDA device (None: torch's current device) and raise\n"
      "RopePoolError, with the message a CPU call would have given, if a rope_pool_fused call on\n"
-     "it met an out-of-range slot since the last check. Such a slot was never written."},
+     "it met an out-of-range slot since the last check. Such a slot was never written. A build\n"
+     "without CUDA (has_cuda() False) raises RopePoolError saying so."},
     {"_time_calls", (PyCFunction)(void (*)(void))rpy_time_calls, METH_FASTCALL | METH_KEYWORDS,
      "_time_calls($module, calls, /, *args, **kwargs)\n--\n\n"
      "Developer's tool (python -m ropepool.bench): rope_pool_fused's arguments converted once, then\n"
@@ -186,7 +190,8 @@ static PyMethodDef methods[] = {
     {"cpu_kernel", cpu_kernel, METH_NOARGS,
      "cpu_kernel($module, /)\n--\n\n"
      "The CPU kernel level the library chose: \"avx512\", \"avx2\", \"neon\", \"portable\" or\n"
-     "\"reference\" (the environment variable ROPEPOOL_CPU forces a lower one)."},
+     "\"reference\" (the environment variable ROPEPOOL_CPU forces a lower one); \"none\" when\n"
+     "ROPEPOOL_CPU names a level this process cannot run, which every CPU call then refuses."},
     {"has_cuda", has_cuda, METH_NOARGS,
      "has_cuda($module, /)\n--\n\nWhether this build of the library has its CUDA backend."},
     {"num_threads", num_threads, METH_NOARGS,

@@ -400,6 +400,13 @@ def test_cpu_kernel_and_cuda_flag_are_reported(ropepool):
     assert isinstance(ropepool.has_cuda(), bool)
 
 
+def test_check_cuda_says_when_the_build_has_no_cuda(ropepool):
+    if ropepool.has_cuda():
+        pytest.skip("this build has its CUDA backend (check_cuda is tested in test_cuda.py)")
+    with pytest.raises(ropepool.RopePoolError, match=r"no CUDA backend \(ropepool.has_cuda\(\) is False\)"):
+        ropepool.check_cuda()
+
+
 def test_forced_cpu_kernel_level_is_reported_and_exact(ropepool):
     code = ("import sys; sys.path.insert(0, %r); import ropepool, helpers; "
             "fw = helpers.make_framework('numpy'); p = helpers.Problem(fw, T=16, max_pos=2**31 - 1); "
@@ -422,12 +429,16 @@ def test_a_cpu_kernel_level_this_process_cannot_run_is_refused(ropepool, level):
     code = ("import sys; sys.path.insert(0, %r); import ropepool, helpers; "
             "fw = helpers.make_framework('numpy'); p = helpers.Problem(fw, T=16); b = p.snapshot()\n"
             "try:\n    p.call(ropepool)\nexcept ropepool.RopePoolError as e:\n    print(e)\n"
-            "assert all((old == fw.bits(x)).all() for old, x in zip(b, p.arrays())), 'written'"
+            "assert all((old == fw.bits(x)).all() for old, x in zip(b, p.arrays())), 'written'\n"
+            "print(ropepool.cpu_kernel())"
             % os.path.dirname(os.path.abspath(__file__)))
-    done = run_python(code, ROPEPOOL_CPU=level)
+    done = run_python(code, ROPEPOOL_CPU=level, ROPEPOOL_VERBOSE="1")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith(f"ROPEPOOL_CPU={level} is "), done.stdout
-    assert ("not a CPU kernel level" if level in ("bogus", "AVX2") else "cannot run") in done.stdout
+    message, kernel = done.stdout.strip().split("\n")
+    assert message.startswith(f"ROPEPOOL_CPU={level} is "), done.stdout
+    assert ("not a CPU kernel level" if level in ("bogus", "AVX2") else "cannot run") in message
+    assert kernel == "none"  # what runs: nothing, never the level detected
+    assert f"ropepool: CPU kernels: none, every CPU call is refused: {message}" in done.stderr, done.stderr
 
 
 def test_error_type_is_a_value_error(ropepool):

@@ -70,6 +70,23 @@ def call(p, *arrays, **overrides):
 # ---- the seed's call ---------------------------------------------------------------------------
 
 
+def test_readme_mlx_example_runs_as_written():
+    """The README's MLX lines, on the arrays of its Python example: the same bits as that NumPy
+    call, and the pools returned hold its rows."""
+    import pathlib
+
+    text = (pathlib.Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    first = lambda heading: re.search(r"```python\n(.*?)```", text[text.index(heading):], re.S).group(1)  # noqa: E731
+    namespace = {}
+    exec(compile(first("\n## Python"), "README.md (## Python)", "exec"), namespace)
+    numpy_q_rot, numpy_k_pool = namespace["q_rot"], namespace["k_pool"].copy()
+    exec(compile(first("\n## MLX"), "README.md (## MLX)", "exec"), namespace)
+    assert isinstance(namespace["q_rot"], mx.array)
+    assert np.array_equal(np.array(namespace["q_rot"]), numpy_q_rot)
+    slots = np.array(namespace["slots"])
+    assert np.array_equal(np.array(namespace["k_pool"])[slots], numpy_k_pool[slots])
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("T, Hq, Hk, D, P", [(1, 32, 8, 128, 64), (6, 8, 2, 64, 16), (33, 4, 4, 256, 40)])
 def test_results_match_the_float64_formula(mlx_fw, dtype, T, Hq, Hk, D, P):
@@ -355,11 +372,11 @@ def test_a_scale_of_several_elements_is_refused_as_by_numpys_call(mlx_fw):
 
 def test_numpy_arrays_are_refused_with_their_type(mlx_fw):
     p = Problem(mlx_fw)
-    with pytest.raises(TypeError, match="^q must be an mx.array like q, got ndarray$"):
+    with pytest.raises(TypeError, match=r"^ropepool.mlx takes mx.arrays: q is a ndarray \(convert it with mx.array"):
         call(p, np.asarray(p.q))
     arrays = [p.q, p.k, p.v, p.positions, p.slots, p.k_pool, p.v_pool]
     arrays[3] = [0] * p.T
-    with pytest.raises(TypeError, match="^positions must be an mx.array like q, got list$"):
+    with pytest.raises(TypeError, match=r"^ropepool.mlx takes mx.arrays: positions is a list "):
         call(p, *arrays)
 
 

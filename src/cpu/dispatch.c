@@ -5,7 +5,8 @@
  * replace its entries in order (x86-64: portable, avx2, avx512; aarch64: portable, neon).
  * ROPEPOOL_CPU=<level> caps the level; a name that is no level, or a level the CPU or this build
  * lacks, is never run instead by another: every CPU call is then refused with a message naming it
- * (rp_cpu_check_forced_level). ROPEPOOL_VERBOSE=1 prints the choice.
+ * (rp_cpu_check_forced_level) and rp_cpu_kernel_name says "none". ROPEPOOL_VERBOSE=1 prints the
+ * choice, or the refusal.
  */
 #include "kernels.h"
 
@@ -92,35 +93,9 @@ static int best_supported(void)
     return level_index("portable");
 }
 
-static void fill_table(void)
+/* The refusal of a ROPEPOOL_CPU that cannot run (forced_state, once read). */
+static rp_status forced_level_refusal(rp_err *err)
 {
-    int level = best_supported();
-    const char *forced = getenv("ROPEPOOL_CPU");
-    if (forced && *forced) {
-        const int found = level_index(forced);
-        forced_state = found < 0 ? FORCED_UNKNOWN : found > level ? FORCED_UNSUPPORTED : FORCED_OK;
-        snprintf(forced_name, sizeof forced_name, "%s", forced);
-        if (forced_state == FORCED_OK)
-            level = found;
-    }
-    for (int i = 0; i <= level; i++)
-        levels[i].fill(&table);
-    const char *verbose = getenv("ROPEPOOL_VERBOSE");
-    if (verbose && *verbose && strcmp(verbose, "0") != 0)
-        fprintf(stderr, "ropepool: CPU kernels: %s\n", table.name);
-}
-
-const rp_cpu_kernels *rp_cpu_kernel_table(void)
-{
-    pthread_once(&table_once, fill_table);
-    return &table;
-}
-
-rp_status rp_cpu_check_forced_level(rp_err *err)
-{
-    rp_cpu_kernel_table();
-    if (forced_state == FORCED_OK)
-        return RP_OK;
     char names[128] = "";
     for (int i = NUM_LEVELS - 1; i >= 0; i--) {
         const size_t used = strlen(names);
@@ -135,6 +110,44 @@ rp_status rp_cpu_check_forced_level(rp_err *err)
                    "build: %s)", forced_name, levels[best_supported()].name, names);
 }
 
+static void fill_table(void)
+{
+    int level = best_supported();
+    const char *forced = getenv("ROPEPOOL_CPU");
+    if (forced && *forced) {
+        const int found = level_index(forced);
+        forced_state = found < 0 ? FORCED_UNKNOWN : found > level ? FORCED_UNSUPPORTED : FORCED_OK;
+        snprintf(forced_name, sizeof forced_name, "%s", forced);
+        if (forced_state == FORCED_OK)
+            level = found;
+    }
+    for (int i = 0; i <= level; i++)
+        levels[i].fill(&table);
+    const char *verbose = getenv("ROPEPOOL_VERBOSE");
+    if (verbose && *verbose && strcmp(verbose, "0") != 0) {
+        if (forced_state == FORCED_OK) {
+            fprintf(stderr, "ropepool: CPU kernels: %s\n", table.name);
+        } else {
+            char message[256];
+            rp_err err = {message, sizeof message};
+            forced_level_refusal(&err); /* not rp_cpu_check_forced_level: this runs inside its pthread_once */
+            fprintf(stderr, "ropepool: CPU kernels: none, every CPU call is refused: %s\n", message);
+        }
+    }
+}
+
+const rp_cpu_kernels *rp_cpu_kernel_table(void)
+{
+    pthread_once(&table_once, fill_table);
+    return &table;
+}
+
+rp_status rp_cpu_check_forced_level(rp_err *err)
+{
+    rp_cpu_kernel_table();
+    return forced_state == FORCED_OK ? RP_OK : forced_level_refusal(err);
+}
+
 int rp_cpu_level_supported(const char *level)
 {
     const int i = level_index(level);
@@ -143,5 +156,6 @@ int rp_cpu_level_supported(const char *level)
 
 const char *rp_cpu_kernel_name(void)
 {
-    return rp_cpu_kernel_table()->name;
+    const char *name = rp_cpu_kernel_table()->name;
+    return forced_state == FORCED_OK ? name : "none"; /* what runs: nothing (rp_cpu_check_forced_level) */
 }
