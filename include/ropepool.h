@@ -263,7 +263,9 @@ typedef struct rp_rope_pool_args {
     int64_t num_qo_heads; /* Hq > 0                                                                */
     int64_t num_kv_heads; /* Hk > 0                                                                */
     double rope_base;     /* theta: positive and finite (without inv_freq, at least DBL_MIN, below
-                             which the frequencies overflow); frequency j is rope_base^(-2j/rotary_dim)
+                             which the frequencies overflow, and with its largest frequency, below 1
+                             rope_base^(-(R-2)/R), at most DBL_MAX / 2^63 as inv_freq's entries);
+                             frequency j is rope_base^(-2j/rotary_dim)
                              unless inv_freq is given (then rope_base is checked but not used)  */
 
     /* Extensions. All-zero keeps the seed's behaviour; a value this version cannot honour is
@@ -349,7 +351,12 @@ typedef struct rp_rope_pool_args {
  * that maximum pass it). Beyond it the float32 products and their sum may overflow to infinity,
  * or to NaN where two infinities cancel, though the float64 result is finite, and an fp8 pool
  * stores the code of what resulted (the reference kernel, in float64, stores the finite value's
- * code; so the fp8 exactness below holds only below that maximum too). The pass-through
+ * code; so the fp8 exactness below holds only below that maximum too). float16 outputs overflow
+ * far sooner, at 65520 (its largest finite value is 65504): a float64 value below 65520 by more
+ * than the bound above stays finite, one above it by more is +-inf (its correctly rounded float16),
+ * and one within the bound of 65520 may be either (the fast levels round through float32, where
+ * 65519.9988 lands on 65520 itself, which float16 rounds to infinity; the reference kernel rounds
+ * once); the same holds for QK-norm's float16 pass-through dims. The pass-through
  * dims R..D-1 of q_rot, k_rot and k_pool, and v into v_pool, are copied bit for bit. The same
  * inputs give bit-identical outputs for any thread count. Calls compute in the default
  * floating-point mode whatever the calling thread's (a flush-to-zero, denormals-are-zero or

@@ -244,6 +244,18 @@ static rp_status check_variant(const rp_rope_pool_args *a, rp_err *err)
     /* the angle position * f must stay finite for every int64 position (|position| <= 2^63):
      * beyond, sin and cos of infinity would be NaN outputs */
     const double most_freq = DBL_MAX / 0x1p63;
+    if (a->inv_freq == NULL && a->rope_base < 1.0 && half > 1) {
+        /* below 1, rope_base's frequencies grow with j: the last one, rope_base^(-(R-2)/R), is the
+         * largest (computed as rp_compute_inv_freq computes it) */
+        const double largest = pow(a->rope_base, -(double)(2 * (half - 1)) / (double)(2 * half));
+        if (!(largest <= most_freq))
+            return rp_fail(err, bad,
+                           "rope_base %g is too small for rotary_dim %lld: its largest frequency "
+                           "rope_base^(-%lld/%lld) = %g would overflow the angle position * frequency in float64 "
+                           "for positions near 2^63 (at most %g, as for inv_freq)",
+                           a->rope_base, (long long)(2 * half), (long long)(2 * half - 2), (long long)(2 * half),
+                           largest, most_freq);
+    }
     for (int64_t j = 0; a->inv_freq != NULL && j < half; j++) {
         if (!(isfinite(a->inv_freq[j]) && a->inv_freq[j] >= 0.0))
             return rp_fail(err, bad, "inv_freq[%lld] must be finite and >= 0, got %g", (long long)j,

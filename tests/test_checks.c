@@ -89,6 +89,7 @@ static void v_bytes_overflow(fixture *f) /* a broadcast v of 2^63 bytes beside a
     f->args.v_pool.shape[2] = Dv;
 }
 static void rope_base_subnormal(fixture *f) { f->args.rope_base = 4.9406564584124654e-324; }
+static void rope_base_overflows_the_angle(fixture *f) { f->args.rope_base = 1e-300; }
 static void positions_dtype_99(fixture *f) { f->args.positions.dtype = 99; }
 static void data_dtype_minus_1(fixture *f)
 {
@@ -276,6 +277,11 @@ static void test_c_api_audit_findings(void)
     EXPECT(v_bytes_overflow, RP_ERR_INVALID_ARGUMENT, "v shape (6, 2, 576460752303423488) has 2^63 bytes or more");
     EXPECT(rope_base_subnormal, RP_ERR_INVALID_ARGUMENT, "rope_base 4.94066e-324 is below float64's normal range "
            "(2.22507e-308): its frequencies rope_base^(-2j/rotary_dim) would overflow");
+    /* a table of rope_base's may not hold what inv_freq may not (1e-300^(-62/64) = 4.2e290) */
+    EXPECT(rope_base_overflows_the_angle, RP_ERR_INVALID_ARGUMENT,
+           "rope_base 1e-300 is too small for rotary_dim 64: its largest frequency rope_base^(-62/64) = "
+           "4.21697e+290 would overflow the angle position * frequency in float64 for positions near 2^63 "
+           "(at most 1.94906e+289, as for inv_freq)");
     EXPECT(positions_dtype_99, RP_ERR_INVALID_ARGUMENT,
            "positions dtype must be int32 or int64, got 99 (not a dtype ropepool knows)");
     EXPECT(data_dtype_minus_1, RP_ERR_INVALID_ARGUMENT,

@@ -155,3 +155,50 @@ def test_repeated_negative_slots_are_not_duplicates(ropepool, fw):
     p = Problem(fw, T=5, P=8, slots=[-1, 2, -1, -1, 3])
     before = p.snapshot()
     check_call(p, before, p.call(ropepool, checked=True))
+
+
+def test_float16_outputs_at_the_overflow_threshold_follow_the_header(ropepool):
+    """float16's largest finite value is 65504 and values from 65520 round to infinity. The header:
+    a float64 result within the error bound of 65520 may come out 65504 or inf (the fast levels
+    round through float32, where 65519.9988 lands on 65520); below that band 65504, past it inf,
+    on every CPU level. One rotated pair, angle theta at position 1, chosen for each target."""
+    import math
+    import os
+    import subprocess
+    import sys
+
+    xa, xb = 26096.0, 60160.0  # both float16; the pair's largest value, sqrt(xa^2 + xb^2), is 65576.6
+    peak = math.atan2(xa, xb)
+
+    def theta_for(target):  # past the peak the value falls: bisect for xb cos + xa sin = target
+        lo, hi = peak, peak + 0.5
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if xb * math.cos(mid) + xa * math.sin(mid) > target else (lo, mid)
+        return lo
+
+    cases = {"below": (65519.5, {65504.0}), "band": (65519.9988, {65504.0, math.inf}), "past": (65520.5, {math.inf})}
+    code = ("import json, sys, numpy as np, ropepool\n"
+            "D, j = 128, 5\n"
+            "q = np.ones((1, 1, D), np.float16); q[0, 0, j], q[0, 0, j + D // 2] = %r, %r\n"
+            "out = {}\n"
+            "for name, theta in json.loads(sys.argv[1]).items():\n"
+            "    f = np.zeros(D // 2); f[j] = theta\n"
+            "    kp = np.zeros((2, 1, D), np.float16)\n"
+            "    r = ropepool.rope_pool_fused(q, q, q, np.array([1]), np.array([0]), kp, kp.copy(), head_dim=D,\n"
+            "        num_qo_heads=1, num_kv_heads=1, rope_base=1e4, inv_freq=f)\n"
+            "    out[name] = [float(r[0][0, 0, j + D // 2]), float(r[1][0, 0, j + D // 2]), float(r[2][0, 0, j + D // 2])]\n"
+            "print(json.dumps(out))\n" % (xa, xb))
+    import json
+    thetas = json.dumps({name: theta_for(target) for name, (target, _) in cases.items()})
+    ran = []
+    for level in ("reference", "portable", "avx2", "avx512", "neon"):
+        done = subprocess.run([sys.executable, "-c", code, thetas], env=dict(os.environ, ROPEPOOL_CPU=level),
+                              capture_output=True, text=True, timeout=120)
+        if done.returncode != 0 and f"ROPEPOOL_CPU={level} is" in done.stderr:
+            continue  # a level this build or CPU lacks
+        assert done.returncode == 0, done.stderr
+        for name, got in json.loads(done.stdout.replace("Infinity", "1e999")).items():
+            assert set(got) <= cases[name][1], f"{level}, {name} ({cases[name][0]}): q_rot, k_rot, k_pool = {got}"
+        ran.append(level)
+    assert ran[:2] == ["reference", "portable"], ran
