@@ -66,6 +66,8 @@ rp_context *rpy_cpu_context(void);
  * while the device's current stream is being captured into a CUDA graph). NULL with an exception
  * on error. With create == 0, returns NULL without an exception when none exists yet. */
 rp_context *rpy_cuda_context(int device, int create);
+/* Whether any CUDA context exists in this process (a CUDA call has run). */
+int rpy_any_cuda_context(void);
 /* Installs the fork handler that forgets contexts whose threads a child process does not have. */
 int rpy_contexts_init(void);
 

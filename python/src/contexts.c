@@ -67,6 +67,14 @@ rp_context *rpy_cpu_context(void)
     return cpu_context = create(&opts);
 }
 
+int rpy_any_cuda_context(void)
+{
+    for (int i = 0; i < MAX_CUDA_DEVICES; i++)
+        if (cuda_contexts[i] != NULL)
+            return 1;
+    return 0;
+}
+
 rp_context *rpy_cuda_context(int device, int create_if_missing)
 {
     if (device < 0 || device >= MAX_CUDA_DEVICES) {

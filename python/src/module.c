@@ -102,6 +102,8 @@ static PyObject *check_cuda(PyObject *module, PyObject *args, PyObject *kwargs)
     if (!rp_has_cuda())
         return rpy_raise(RP_ERR_UNSUPPORTED, "check_cuda: this build of ropepool has no CUDA backend "
                                              "(ropepool.has_cuda() is False), so no CUDA call ran to check");
+    if (device == Py_None && !rpy_any_cuda_context())
+        Py_RETURN_NONE; /* no CUDA call has run in this process: nothing recorded, no device to ask torch for */
     const int index = cuda_device_index(device);
     if (index < 0)
         return NULL;
@@ -165,8 +167,9 @@ static PyMethodDef methods[] = {
      "check_cuda($module, /, device=None)\n--\n\n"
      "Wait for the current stream of a CUDA device (None: torch's current device) and raise\n"
      "RopePoolError, with the message a CPU call would have given, if a rope_pool_fused call on\n"
-     "it met an out-of-range slot since the last check. Such a slot was never written. A build\n"
-     "without CUDA (has_cuda() False) raises RopePoolError saying so."},
+     "it met an out-of-range slot since the last check. Such a slot was never written. Before any\n"
+     "CUDA call in this process there is nothing to report: None at once. A build without CUDA\n"
+     "(has_cuda() False) raises RopePoolError saying so."},
     {"_time_calls", (PyCFunction)(void (*)(void))rpy_time_calls, METH_FASTCALL | METH_KEYWORDS,
      "_time_calls($module, calls, /, *args, **kwargs)\n--\n\n"
      "Developer's tool (python -m ropepool.bench): rope_pool_fused's arguments converted once, then\n"

@@ -400,6 +400,16 @@ def test_cpu_kernel_and_cuda_flag_are_reported(ropepool):
     assert isinstance(ropepool.has_cuda(), bool)
 
 
+def test_check_cuda_before_any_cuda_call_has_nothing_to_report(ropepool):
+    """A fresh process (no CUDA call yet, torch imported, with or without a GPU): None, not torch's
+    error for a machine without a driver."""
+    if not ropepool.has_cuda():
+        pytest.skip("this build has no CUDA backend")
+    pytest.importorskip("torch")
+    done = run_python("import torch, ropepool; print(ropepool.check_cuda())")
+    assert done.returncode == 0 and done.stdout.strip() == "None", done.stderr
+
+
 def test_check_cuda_says_when_the_build_has_no_cuda(ropepool):
     if ropepool.has_cuda():
         pytest.skip("this build has its CUDA backend (check_cuda is tested in test_cuda.py)")
