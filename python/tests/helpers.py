@@ -428,3 +428,15 @@ def call_or_skip_on_cuda(ropepool, problem, **kwargs):
         if problem.fw.is_cuda and e.status == "RP_ERR_UNSUPPORTED":
             pytest.skip(f"the CUDA backend does not serve this yet: {e}")
         raise
+
+
+def readme_blocks(heading):
+    """The Python code blocks of the README's section that starts at `heading` (a line such as
+    "## Python"), up to the next heading of any level: the tests that run its examples as written."""
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("\n" + heading + "\n") + len(heading) + 2:]
+    section = re.split(r"\n#{2,3} ", section, maxsplit=1)[0]
+    return re.findall(r"```python\n(.*?)```", section, re.S)

@@ -2,6 +2,12 @@
 every dtype, extreme positions, negative slots, no tokens, strided views, pools that are part of a
 larger buffer; and the slot values the library refuses."""
 
+import json
+import math
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -162,11 +168,6 @@ def test_float16_outputs_at_the_overflow_threshold_follow_the_header(ropepool):
     a float64 result within the error bound of 65520 may come out 65504 or inf (the fast levels
     round through float32, where 65519.9988 lands on 65520); below that band 65504, past it inf,
     on every CPU level. One rotated pair, angle theta at position 1, chosen for each target."""
-    import math
-    import os
-    import subprocess
-    import sys
-
     xa, xb = 26096.0, 60160.0  # both float16; the pair's largest value, sqrt(xa^2 + xb^2), is 65576.6
     peak = math.atan2(xa, xb)
 
@@ -189,7 +190,6 @@ def test_float16_outputs_at_the_overflow_threshold_follow_the_header(ropepool):
             "        num_qo_heads=1, num_kv_heads=1, rope_base=1e4, inv_freq=f)\n"
             "    out[name] = [float(r[0][0, 0, j + D // 2]), float(r[1][0, 0, j + D // 2]), float(r[2][0, 0, j + D // 2])]\n"
             "print(json.dumps(out))\n" % (xa, xb))
-    import json
     thetas = json.dumps({name: theta_for(target) for name, (target, _) in cases.items()})
     ran = []
     for level in ("reference", "portable", "avx2", "avx512", "neon"):

@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from helpers import Problem, check_call, expect_refusal
+from helpers import Problem, check_call, expect_refusal, readme_blocks
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -122,16 +122,9 @@ def test_rope_base_too_large_for_a_double_is_named(ropepool, fw):
     assert e.status == "RP_ERR_INVALID_ARGUMENT"
 
 
-def readme_python_example():
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
-        text = f.read()
-    section = text[text.index("\n## Python"):]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
-
-
 def test_readme_python_example_runs_as_written(ropepool):
     namespace = {}
-    exec(compile(readme_python_example(), "README.md (## Python)", "exec"), namespace)
+    exec(compile(readme_blocks("## Python")[0], "README.md (## Python)", "exec"), namespace)
     q_rot, k_pool = namespace["q_rot"], namespace["k_pool"]
     assert q_rot.shape == namespace["q"].shape and np.isfinite(q_rot).all()
     assert np.array_equal(k_pool[namespace["slots"]], namespace["k_rot"])

@@ -23,6 +23,8 @@ import types
 import numpy as np
 import pytest
 
+from helpers import readme_blocks
+
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 RECORD = json.loads((FIXTURES / "hf_rope.json").read_text())
 CASES = RECORD["cases"]
@@ -523,11 +525,7 @@ def test_rotation_with_kwargs_matches_transformers(ropepool, name):
 
 
 def test_readme_serving_example_runs_as_written(ropepool):
-    import re
-
-    text = (pathlib.Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
-    setup, serving = (re.search(r"```python\n(.*?)```", text[text.index(heading):], re.S).group(1)
-                      for heading in ("\n## Python", "\n### Serving a Llama-3.1 and a GPT-J model"))
+    setup, serving = (readme_blocks(heading)[0] for heading in ("## Python", "### Serving a Llama-3.1 and a GPT-J model"))
     namespace = {}
     try:
         exec(compile(setup + serving, "README.md (serving)", "exec"), namespace)

@@ -73,14 +73,10 @@ def call(p, *arrays, **overrides):
 def test_readme_mlx_example_runs_as_written():
     """The README's MLX lines, on the arrays of its Python example: the same bits as that NumPy
     call, and the pools returned hold its rows."""
-    import pathlib
-
-    text = (pathlib.Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
-    first = lambda heading: re.search(r"```python\n(.*?)```", text[text.index(heading):], re.S).group(1)  # noqa: E731
     namespace = {}
-    exec(compile(first("\n## Python"), "README.md (## Python)", "exec"), namespace)
+    exec(compile(helpers.readme_blocks("## Python")[0], "README.md (## Python)", "exec"), namespace)
     numpy_q_rot, numpy_k_pool = namespace["q_rot"], namespace["k_pool"].copy()
-    exec(compile(first("\n## MLX"), "README.md (## MLX)", "exec"), namespace)
+    exec(compile(helpers.readme_blocks("## MLX")[0], "README.md (## MLX)", "exec"), namespace)
     assert isinstance(namespace["q_rot"], mx.array)
     assert np.array_equal(np.array(namespace["q_rot"]), numpy_q_rot)
     slots = np.array(namespace["slots"])

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from helpers import (Problem, assert_within_bound, call_or_skip_on_cuda, cos_sin, expect_refusal, fp8_neighbours_ok,
-                     ml_dtypes, pool_rows, representable, rotate64)
+                     ml_dtypes, pool_rows, readme_blocks, representable, rotate64, rotate_general)
 
 
 @pytest.fixture
@@ -177,23 +177,12 @@ def test_cuda_scale_tensor_on_a_cpu_call_is_refused(ropepool, torch_fw):
                    "k_scale is on cuda:0 but the call runs on the CPU: pass a number or a CPU array")
 
 
-def readme_blocks(heading):
-    """The Python code blocks of the README's section under `heading` (to the next heading)."""
-    import pathlib
-    import re
-
-    text = (pathlib.Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
-    section = text[text.index(heading) + len(heading):]
-    section = section[:min(i for i in (section.find("\n## "), section.find("\n### "), len(section)) if i >= 0)]
-    return re.findall(r"```python\n(.*?)```", section, re.S)
-
-
 def test_readme_fp8_cache_example_runs_as_written(ropepool):
     """The README's fp8 lines after its paged example: each row its slots name holds fp8(k_rot /
     0.05) and fp8(v / 0.05), rounded once from the value (or its neighbour across a midpoint within
     k_rot's own rounding), every other byte zero."""
     torch = pytest.importorskip("torch")
-    paged_code, fp8_code = readme_blocks("\n### A vLLM-style paged cache, and FlashInfer's")
+    paged_code, fp8_code = readme_blocks("### A vLLM-style paged cache, and FlashInfer's")
     namespace = {}
     exec(compile(paged_code, "README.md (paged cache)", "exec"), namespace)
     exec(compile(fp8_code, "README.md (fp8 cache)", "exec"), namespace)
@@ -214,31 +203,18 @@ def test_readme_mla_example_runs_as_written(ropepool):
     """The README's DeepSeek MLA call: each slot's latent row holds c_kv bit for bit and the
     rotated k_pe, q_pe is rotated in place inside q (GPT-J pairs with hf_rope_kwargs' table, within
     the float64 formula's bound) and q_nope is untouched; other rows stay zero."""
-    (code,) = readme_blocks("\n### DeepSeek MLA: the latent cache row")
+    (code,) = readme_blocks("### DeepSeek MLA: the latent cache row")
     namespace = {}
     exec(compile(code, "README.md (DeepSeek MLA)", "exec"), namespace)
     ns = type("ns", (), namespace)
     kw = ns.ropepool.hf_rope_kwargs(ns.deepseek_v3)
     assert not kw["is_neox"] and kw["rotary_dim"] == 64
-    q0 = np.random.default_rng(0).standard_normal((ns.T, 128, 192), dtype=np.float32)  # the example's draws
-    k0 = np.random.default_rng(0)
-    k0.standard_normal((ns.T, 128, 192), dtype=np.float32)
-    k_pe0 = k0.standard_normal((ns.T, 1, 64), dtype=np.float32)
-    angles = ns.positions[:, None].astype(np.float64) * np.asarray(kw["inv_freq"], np.float64)[None, :]
-    c, s = np.cos(angles)[:, None, :] * kw["attention_scaling"], np.sin(angles)[:, None, :] * kw["attention_scaling"]
-
-    def gptj(x):
-        a, b = x[..., 0::2].astype(np.float64), x[..., 1::2].astype(np.float64)
-        y = np.empty(x.shape, np.float64)
-        y[..., 0::2], y[..., 1::2] = a * c - b * s, b * c + a * s
-        mag = np.repeat(np.abs(a) + np.abs(b), 2, axis=-1)
-        return y, mag
-
-    want, mag = gptj(q0[..., 128:])
-    assert_within_bound("q_pe", ns.q_full[..., 128:].astype(np.float64), want, mag, "float32")
+    rng = np.random.default_rng(0)  # the example's draws, before the call rotated them in place
+    q0, k_pe0 = rng.standard_normal((ns.T, 128, 192), dtype=np.float32), rng.standard_normal((ns.T, 1, 64), dtype=np.float32)
+    rotate = lambda x: rotate_general(x, ns.positions, kw["inv_freq"], False, kw["attention_scaling"])  # noqa: E731
+    assert_within_bound("q_pe", ns.q_full[..., 128:].astype(np.float64), *rotate(q0[..., 128:]), "float32")
     assert np.array_equal(ns.q_full[..., :128], q0[..., :128])
-    want, mag = gptj(k_pe0)
-    assert_within_bound("k_pe", ns.k_pe.astype(np.float64), want, mag, "float32")
+    assert_within_bound("k_pe", ns.k_pe.astype(np.float64), *rotate(k_pe0), "float32")
     assert np.array_equal(ns.cache[ns.slots, :, 512:], ns.k_pe) and np.array_equal(ns.cache[ns.slots, :, :512], ns.c_kv)
     others = np.ones(ns.P, bool)
     others[ns.slots] = False
@@ -249,13 +225,8 @@ def test_readme_paged_cache_example_runs_as_written(ropepool):
     """The README's vLLM / FlashInfer example: the rows its slots name hold the rotated keys and
     the values, every other byte of both caches stays zero."""
     torch = pytest.importorskip("torch")
-    import pathlib
-    import re
-
-    text = (pathlib.Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
-    heading = "\n### A vLLM-style paged cache, and FlashInfer's"
-    code = re.search(r"```python\n(.*?)```", text[text.index(heading):], re.S).group(1)
-    namespace = {"ropepool": ropepool}
+    code = readme_blocks("### A vLLM-style paged cache, and FlashInfer's")[0]
+    namespace = {}
     exec(compile(code, "README.md (paged cache)", "exec"), namespace)
     ns = type("ns", (), namespace)
     blocks, rows = ns.slot_mapping // ns.block_size, ns.slot_mapping % ns.block_size
