@@ -64,6 +64,10 @@ _MROPE = {
 }
 # Gemma 3's two ropes (transformers' Gemma3TextConfig.convert_rope_params_to_dict).
 _GEMMA3 = ("gemma3", "gemma3_text")
+# HunYuan's rotary classes read a "dynamic" rope with an alpha (its checkpoints' rope_scaling) as a
+# fixed NTK stretch of the base, their compute_ntk_alpha_rope_parameters: the default table over
+# head_dim with base rope_theta * alpha ** (head_dim / (head_dim - 2)), whatever the sequence length.
+_NTK_ALPHA = frozenset(("hunyuan_v1_dense", "hunyuan_v1_moe", "hunyuan_vl", "hunyuan_vl_text"))
 
 def _error(message):
     return _ropepool.RopePoolError(message)
@@ -151,6 +155,8 @@ def _rope_parameters(text, model_type, layer_type):
     rope_type = params.get("rope_type", params.get("type", "default"))
     if model_type == "phi3" and rope_type in ("su", "yarn"):
         rope_type = "longrope"  # Phi3Config's own renaming
+    if model_type in _NTK_ALPHA and rope_type == "dynamic" and params.get("alpha"):
+        rope_type = "ntk_alpha"
     if rope_type == "mrope":
         params["mrope"] = True  # hf_rope_kwargs serves it for the Qwen-VL family only
         rope_type = "default"  # Qwen2-VL's old spelling: the table is the default one
@@ -195,7 +201,8 @@ def _head_and_rotary_dim(text, model_type, params):
             rotary_dim = head_dim if _has_key(text, "rotary_dim") else 64
         return head_dim, _integer(rotary_dim, "rotary_dim")
     factor = _number(params.get("partial_rotary_factor", 1.0), "partial_rotary_factor")
-    if params["rope_type"] == "default" and model_type in _DEFAULT_ROPE_IGNORES_PARTIAL:
+    if (params["rope_type"] == "default" and model_type in _DEFAULT_ROPE_IGNORES_PARTIAL) or \
+            params["rope_type"] == "ntk_alpha":
         factor = 1.0
     return head_dim, _integer(head_dim * factor, "head_dim * partial_rotary_factor")
 
@@ -246,14 +253,37 @@ def _seq_len(seq_len):
     return int(seq_len)
 
 
+def _sub_configs(config):
+    """The names of a composite config's sub-configs (encoder/decoder, thinker/talker...)."""
+    if isinstance(config, Mapping):
+        return sorted(k for k, v in config.items() if isinstance(v, Mapping) and "model_type" in v)
+    return sorted(_field(config, "sub_configs", None) or ())
+
+
 def _read(config, seq_len, layer_type):
     config = _as_transformers_config(config)
     text = _text_config(config)
     model_type = _model_type(config, text)
     if model_type == "falcon" and _field(text, "alibi", False):
         raise _error("this falcon config uses ALiBi (alibi: true), not RoPE")
+    if text is config and _sub_configs(config) and all(
+            _field(config, name) is None for name in ("head_dim", "hidden_size", "n_embd", "qk_rope_head_dim")):
+        # a top-level config read as a text one would be its defaults: theta 10000, no head size
+        raise _error(f"this {model_type} config holds sub-configs ({', '.join(_sub_configs(config))}) and no "
+                     "text_config: pass the sub-config of the attention you serve")
     params = _rope_parameters(text, model_type, layer_type)
     _, rotary_dim = _head_and_rotary_dim(text, model_type, params)
+    if params["rope_type"] == "ntk_alpha":
+        alpha = _number(params["alpha"], "rope_parameters['alpha']")
+        if not alpha > 0 or rotary_dim <= 2:
+            raise _error(f"HunYuan's fixed-alpha NTK rope needs alpha > 0 and head_dim > 2, got alpha {alpha} "
+                         f"and head_dim {rotary_dim}")
+        theta = _number(params["rope_theta"], "rope_theta")
+        params = dict(params, rope_type="default", rope_theta=theta * alpha ** (rotary_dim / (rotary_dim - 2)))
+    if layer_type is not None and params["rope_type"] == "yarn" and not params.get("truncate", True):
+        raise _error(f"rope_parameters['{layer_type}'] sets YaRN truncate false, which transformers 5 ignores "
+                     "with one rope per layer type (it reads truncate from the top level of rope_parameters, so "
+                     "truncates): the checkpoint's table and transformers' differ, ropepool picks neither")
     rope_type = params["rope_type"]
     if rope_type not in _ROPE_TYPES:
         raise _error(f"rope type '{rope_type}' is not supported: ropepool reads "
@@ -337,8 +367,10 @@ def hf_rope_parameters(config, *, seq_len=None, layer_type=None):
     same rules, which some families' own code departs from: a default rope that ignores
     partial_rotary_factor (most families outside the table: their configs do not set it),
     Ernie 4.5 VL's table reordered for its 3-D rope. There, compare with the model's
-    ``rotary_emb.inv_freq``. With one rope per layer type, a layer's YaRN ``truncate`` is used as
-    given; transformers 5.25 reads ``truncate`` from the top level there, so it always truncates.
+    ``rotary_emb.inv_freq``. With one rope per layer type, a layer's YaRN ``truncate: false`` is
+    refused: transformers 5.25 reads ``truncate`` from the top level there, so it always truncates.
+    HunYuan's "dynamic" rope with an ``alpha`` is read as its modeling code does (a fixed base
+    rope_theta * alpha ** (head_dim / (head_dim - 2)), not dynamic NTK).
     """
     _, _, _, fields = _read(config, seq_len, layer_type)
     inv_freq, attention_scaling = _ropepool._hf_rope_frequencies(**fields)

@@ -55,7 +55,8 @@ def test_tables_match_transformers_buffers(ropepool, case, form):
     want = np.array(case["inv_freq"])
     assert inv_freq.dtype == np.float64 and inv_freq.shape == want.shape
     assert np.array_equal(inv_freq, inv_freq.astype(np.float32)), "not float32 values"
-    dynamic = case["config"].get("rope_scaling", {}).get("type") == "dynamic"
+    rope = case["config"].get("rope_scaling", {})
+    dynamic = rope.get("type") == "dynamic" and not rope.get("alpha")  # HunYuan's alpha: a fixed base, one pow
     worst = ulps(inv_freq, want).max()
     assert worst <= (2 if dynamic else 1), f"{worst} float32 ulps from transformers' buffer"
     assert scaling == pytest.approx(case["attention_scaling"], rel=1e-15, abs=0)
@@ -286,6 +287,37 @@ def test_layer_type_must_match_the_config(ropepool):
         ropepool.hf_rope_parameters(LLAMA, layer_type="full_attention")
 
 
+def test_a_per_layer_yarn_without_truncation_is_refused(ropepool):
+    """transformers 5 reads YaRN's truncate from the top level of rope_parameters, so with one rope
+    per layer type it always truncates, whatever the layer's rope says: the checkpoint's table and
+    transformers' differ, and neither is given."""
+    gemma3 = dict(fixture_config("gemma3-4b"), rope_scaling=None, rope_parameters=dict(
+        full_attention=dict(rope_type="yarn", factor=4.0, rope_theta=1e6, original_max_position_embeddings=32768,
+                            truncate=False),
+        sliding_attention=dict(rope_type="default", rope_theta=1e4)))
+    with pytest.raises(ropepool.RopePoolError, match=r"rope_parameters\['full_attention'\] sets YaRN truncate false"):
+        ropepool.hf_rope_parameters(gemma3, layer_type="full_attention")
+    assert ropepool.hf_rope_parameters(gemma3, layer_type="sliding_attention")[0][0] == 1.0
+    gemma3["rope_parameters"]["full_attention"]["truncate"] = True
+    assert ropepool.hf_rope_parameters(gemma3, layer_type="full_attention")[1] == pytest.approx(0.1 * math.log(4) + 1)
+
+
+@pytest.mark.parametrize("form", ["dict", "object"])
+def test_a_composite_config_without_text_config_names_its_sub_configs(ropepool, form):
+    """T5Gemma's, Dia's, Qwen2.5-Omni's top-level configs hold encoder/decoder or thinker/talker
+    configs, not a text_config: read as a text config it would have no head size (or, with one, be
+    defaults); the message names the sub-configs to pass instead."""
+    decoder = dict(model_type="t5gemma_module", hidden_size=2304, num_attention_heads=8, head_dim=256)
+    config = dict(model_type="t5gemma", encoder=decoder, decoder=decoder)
+    if form == "object":
+        config = types.SimpleNamespace(model_type="t5gemma", sub_configs={"encoder": object, "decoder": object},
+                                       encoder=as_object(decoder), decoder=as_object(decoder))
+    with pytest.raises(ropepool.RopePoolError,
+                       match=r"this t5gemma config holds sub-configs \(decoder, encoder\) and no text_config"):
+        ropepool.hf_rope_parameters(config, layer_type="full_attention")
+    assert len(ropepool.hf_rope_parameters(decoder)[0]) == 128
+
+
 def test_alibi_falcon_is_refused(ropepool):
     with pytest.raises(ropepool.RopePoolError, match="ALiBi"):
         ropepool.hf_rope_parameters(dict(model_type="falcon", hidden_size=4544, num_attention_heads=71,
@@ -350,6 +382,24 @@ def test_kwargs_give_each_familys_transformers_table_and_style(ropepool, fam, tr
     assert ulps(kw["inv_freq"], fam["inv_freq"]).max() <= (2 if model_type == "smollm3" else 1)
     assert kw["attention_scaling"] == pytest.approx(fam["attention_scaling"], rel=1e-15)  # gpt_oss: YaRN
     assert np.array_equal(kw["inv_freq"], ropepool.hf_rope_parameters(config)[0])
+
+
+def test_hunyuan_alpha_is_a_fixed_base_not_dynamic_ntk(ropepool):
+    """Hunyuan-7B's rope_scaling says type dynamic with alpha 1000 and factor 1; HunYuan's rotary
+    classes read it as a fixed base theta * alpha^(D/(D-2)) at every length (the fixtures hold
+    transformers' buffers at init and past max_position_embeddings). Without alpha it stays
+    dynamic NTK."""
+    hunyuan = fixture_config("hunyuan-7b-alpha")
+    table = ropepool.hf_rope_kwargs(hunyuan)
+    assert table["is_neox"] and table["rotary_dim"] == 128
+    assert table["inv_freq"][1] == np.float32(1 / np.float32(np.float32(1e4 * 1000.0 ** (128 / 126)) ** (2 / 128)))
+    assert np.array_equal(ropepool.hf_rope_parameters(hunyuan, seq_len=10**6)[0], table["inv_freq"])
+    for model_type in ("hunyuan_v1_moe", "hunyuan_vl_text"):
+        assert np.array_equal(ropepool.hf_rope_parameters(dict(hunyuan, model_type=model_type))[0], table["inv_freq"])
+    plain = dict(hunyuan, rope_scaling=dict(type="dynamic", factor=2.0))
+    assert ropepool.hf_rope_parameters(plain)[0][1] == np.float32(1 / np.float32(1e4 ** np.float32(2 / 128)))
+    with pytest.raises(ropepool.RopePoolError, match="needs alpha > 0"):
+        ropepool.hf_rope_parameters(dict(hunyuan, rope_scaling=dict(type="dynamic", alpha=-2.0, factor=1.0)))
 
 
 def test_every_style_table_entry_has_a_transformers_fixture(ropepool):

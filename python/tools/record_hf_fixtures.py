@@ -73,6 +73,12 @@ _QWEN3_VL = dict(model_type="qwen3_vl",
 _GEMMA3 = dict(model_type="gemma3_text", hidden_size=2560, num_attention_heads=8, num_key_value_heads=4,
                head_dim=256, max_position_embeddings=131072, rope_theta=1000000.0,
                rope_local_base_freq=10000.0, rope_scaling=dict(factor=8.0, rope_type="linear"))
+# Hunyuan-7B-Instruct's shape and rope_scaling: "dynamic" with an alpha, which HunYuan's modeling
+# code reads as a fixed NTK base (ropepool read it as dynamic NTK with factor 1 before).
+_HUNYUAN_ALPHA = dict(model_type="hunyuan_v1_dense", hidden_size=4096, num_attention_heads=32, num_key_value_heads=8,
+                      head_dim=128, max_position_embeddings=32768, rope_theta=10000.0,
+                      rope_scaling=dict(alpha=1000.0, beta_fast=32, beta_slow=1, factor=1.0, mscale=1.0,
+                                        mscale_all_dim=1.0, type="dynamic"))
 
 # (name, config.json, seq_lens, layer_types)
 TABLES = [
@@ -89,6 +95,7 @@ TABLES = [
     ("qwen2-vl-7b", _QWEN2_VL, [None], [None]),
     ("qwen3-vl-8b", _QWEN3_VL, [None], [None]),
     ("gemma3-4b", _GEMMA3, [None], ["full_attention", "sliding_attention"]),
+    ("hunyuan-7b-alpha", _HUNYUAN_ALPHA, [None, 40000], [None]),
 ]
 
 
