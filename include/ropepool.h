@@ -116,7 +116,7 @@ typedef enum rp_device_type {
 
 typedef struct rp_device {
     int32_t type;  /* rp_device_type; 0 is read as RP_DEVICE_CPU so zeroed tensors are on the CPU */
-    int32_t index; /* CUDA device ordinal; 0 for the CPU */
+    int32_t index; /* CUDA device ordinal (>= 0); 0 for the CPU */
 } rp_device;
 
 #define RP_MAX_DIMS 8
@@ -233,7 +233,8 @@ typedef enum rp_kv_layout {
                                before anything is written (one host synchronisation). CPU calls
                                always validate, with or without this flag. */
 #define RP_VALIDATE_ONLY 0x2u /* run every check that needs no memory (the seed's, dtypes, scalars,
-                               extension fields, output shapes, dtypes and read-only flags, devices) and return:
+                               extension fields, output shapes, dtypes and read-only flags, devices, a
+                               ROPEPOOL_CPU level that cannot run) and return:
                                no tensor's data pointer is read or dereferenced (NULL is fine), nothing is
                                written, slot values are not checked. Host parameters are still read
                                and checked: each inv_freq entry (a host array). For lazy frameworks (MLX) that
@@ -446,7 +447,8 @@ typedef struct rp_rope_pool_args {
  *
  * Devices: every tensor must be on one device. CPU tensors run on the CPU backend (threads from
  * ctx, which may be NULL: then the call runs on the caller's thread alone and recomputes the
- * frequency table). CUDA tensors need a ctx created with RP_CONTEXT_CUDA for their device; the
+ * frequency table). CUDA tensors need a ctx created with RP_CONTEXT_CUDA for their device (a build
+ * without the CUDA backend refuses them with RP_ERR_UNSUPPORTED); the
  * launch goes to args->stream, never allocates, never synchronises the host (unless
  * RP_CHECK_SLOTS) and may be captured in a CUDA graph. On CUDA, slot values are checked by the
  * kernel itself: an out-of-range slot is never written, and is recorded in the context (device
@@ -535,8 +537,8 @@ RP_API rp_status rp_hf_rope_style(const char *model_type, int32_t rope_interleav
 /* The CPU kernel level the library chose, detected once: "avx512", "avx2" (x86-64), "neon"
  * (aarch64), "portable", or "reference". The environment variable ROPEPOOL_CPU (same names)
  * forces a lower level; a name that is no level of this build, or a level this CPU cannot run,
- * makes every CPU call fail with RP_ERR_INVALID_ARGUMENT naming it (never another level run in its
- * place), and this function return "none". With ROPEPOOL_VERBOSE=1 the choice (or that refusal)
+ * makes every CPU call fail with RP_ERR_INVALID_ARGUMENT naming it (RP_VALIDATE_ONLY and T = 0 calls
+ * included; never another level run in its place), and this function return "none". With ROPEPOOL_VERBOSE=1 the choice (or that refusal)
  * is printed to stderr once. Calls whose
  * head_dim is not the innermost contiguous dimension of every tensor fall back to the reference
  * kernel. */

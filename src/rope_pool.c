@@ -36,11 +36,19 @@ static rp_status run(rp_context *ctx, const rp_rope_pool_args *args, rp_parts pa
     if (errbuf && errbuf_size)
         errbuf[0] = '\0';
     rp_status st = rp_validate(args, &p, &err);
-    if (st != RP_OK || (args->flags & RP_VALIDATE_ONLY))
+    if (st != RP_OK)
+        return st;
+    const int on_cuda = args->q.device.type == RP_DEVICE_CUDA;
+    /* A ROPEPOOL_CPU that refuses every CPU call refuses RP_VALIDATE_ONLY's too: it needs no memory,
+     * and a lazy binding must not accept at the call what its evaluation will refuse. */
+    if ((!on_cuda && (st = rp_cpu_check_forced_level(&err)) != RP_OK) || (args->flags & RP_VALIDATE_ONLY))
         return st;
 
-    const int on_cuda = args->q.device.type == RP_DEVICE_CUDA;
     if (on_cuda) {
+        if (!rp_has_cuda())
+            return rp_fail(&err, RP_ERR_UNSUPPORTED,
+                           "tensors are on cuda:%d, but this ropepool was built without its CUDA backend "
+                           "(nvcc was not found at build time)", (int)args->q.device.index);
         if (ctx == NULL || !(ctx->flags & RP_CONTEXT_CUDA))
             return rp_fail(&err, RP_ERR_INVALID_ARGUMENT,
                            "tensors are on cuda:%d: pass a context created with RP_CONTEXT_CUDA "
@@ -50,8 +58,7 @@ static rp_status run(rp_context *ctx, const rp_rope_pool_args *args, rp_parts pa
             return rp_fail(&err, RP_ERR_INVALID_ARGUMENT,
                            "tensors are on cuda:%d but the context serves cuda:%d",
                            (int)args->q.device.index, (int)ctx->cuda_device);
-    } else if ((st = rp_cpu_check_forced_level(&err)) != RP_OK ||
-               (st = rp_resolve_host_scales(&p, &err)) != RP_OK ||
+    } else if ((st = rp_resolve_host_scales(&p, &err)) != RP_OK ||
                (st = rp_validate_slots(&p, p.slots, &err)) != RP_OK) {
         return st;
     }

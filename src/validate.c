@@ -449,6 +449,9 @@ static rp_status check_memory(const rp_rope_pool_args *a, rp_err *err)
                            all[i].name, (unsigned)t->flags, (unsigned)t->reserved);
         if (t->device.type != 0 && t->device.type != RP_DEVICE_CPU && t->device.type != RP_DEVICE_CUDA)
             return rp_fail(err, bad, "%s has unknown device type %d", all[i].name, (int)t->device.type);
+        if (t->device.type == RP_DEVICE_CUDA && t->device.index < 0)
+            return rp_fail(err, bad, "%s is on cuda:%d: a CUDA device index must be >= 0", all[i].name,
+                           (int)t->device.index);
         if (t->device.type != RP_DEVICE_CUDA && t->device.index != 0)
             return rp_fail(err, bad, "%s is on the CPU but has device index %d (0 for the CPU)", all[i].name,
                            (int)t->device.index);

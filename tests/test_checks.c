@@ -353,6 +353,32 @@ static void test_second_c_api_review_findings(void)
     CHECK(q_rot[0] == 0 && k_rot[0] == 0, "a refused call wrote an output");
 }
 
+static void all_on_cuda_minus_1(fixture *f)
+{
+    rp_tensor *ts[] = {&f->args.q, &f->args.k, &f->args.v, &f->args.positions, &f->args.slots,
+                       &f->args.k_pool, &f->args.v_pool, &f->args.q_rot, &f->args.k_rot};
+    for (int i = 0; i < 9; i++)
+        ts[i]->device = (rp_device){RP_DEVICE_CUDA, -1};
+}
+
+/* A third C-API review's findings (stop 50). A negative CUDA ordinal was taken to the context check,
+ * whose message asked for a context with cuda_device = -1, which rp_context_create refuses; CUDA
+ * tensors on a build without CUDA were told to pass a CUDA context, which that build cannot make. */
+static void test_third_c_api_review_findings(void)
+{
+    EXPECT(all_on_cuda_minus_1, RP_ERR_INVALID_ARGUMENT, "q is on cuda:-1: a CUDA device index must be >= 0");
+    /* needs no memory: refused by RP_VALIDATE_ONLY too */
+    char msg[256];
+    fixture f;
+    fixture_init(&f, &rng, 2, 4, 2, 16, 8, RP_F32, RP_I32, 100, 0);
+    all_on_cuda_minus_1(&f);
+    rp_rope_pool_args a = f.args;
+    a.flags = RP_VALIDATE_ONLY;
+    CHECK(rp_rope_pool_fused(NULL, &a, msg, sizeof msg) == RP_ERR_INVALID_ARGUMENT, "validate-only: %s", msg);
+    CHECK(strcmp(msg, "q is on cuda:-1: a CUDA device index must be >= 0") == 0, "got %s", msg);
+    fixture_free(&f);
+}
+
 static void test_outputs_devices_and_memory(void)
 {
     EXPECT(q_rot_narrow, RP_ERR_INVALID_ARGUMENT, "q_rot shape must match q shape, got (6, 8, 32) vs (6, 8, 64)");
@@ -446,9 +472,16 @@ static void test_null_args_and_cuda_without_context(void)
         ts[i]->device = (rp_device){RP_DEVICE_CUDA, 0};
     snapshot s;
     snapshot_take(&s, &f);
-    CHECK(rp_rope_pool_fused(NULL, &f.args, msg, sizeof msg) == RP_ERR_INVALID_ARGUMENT, "%s", msg);
-    CHECK(strcmp(msg, "tensors are on cuda:0: pass a context created with RP_CONTEXT_CUDA and "
-                      "cuda_device = 0") == 0, "got %s", msg);
+    const rp_status st = rp_rope_pool_fused(NULL, &f.args, msg, sizeof msg);
+    if (rp_has_cuda()) {
+        CHECK(st == RP_ERR_INVALID_ARGUMENT, "%s", msg);
+        CHECK(strcmp(msg, "tensors are on cuda:0: pass a context created with RP_CONTEXT_CUDA and "
+                          "cuda_device = 0") == 0, "got %s", msg);
+    } else { /* no context can help: this build cannot make a CUDA one */
+        CHECK(st == RP_ERR_UNSUPPORTED, "%s: %s", rp_status_name(st), msg);
+        CHECK(strcmp(msg, "tensors are on cuda:0, but this ropepool was built without its CUDA backend "
+                          "(nvcc was not found at build time)") == 0, "got %s", msg);
+    }
     CHECK(snapshot_unchanged(&s, &f), "a refused CUDA call touched memory");
     fixture_free(&f);
 }
@@ -498,14 +531,44 @@ static void test_names_and_version(void)
     CHECK(strcmp(rp_dtype_name(RP_DTYPE_OTHER), "an unsupported type") == 0, "other");
 }
 
-int main(void)
+/* Run as `test_checks forced-level` with ROPEPOOL_CPU naming no level (tests/CMakeLists.txt): every
+ * CPU call is refused naming it, RP_VALIDATE_ONLY's and T = 0's included (validate-only calls
+ * accepted what their evaluation then refused), and nothing is written. */
+static void test_forced_level_refuses_every_call(void)
 {
+    const char *forced = getenv("ROPEPOOL_CPU");
+    CHECK(forced && strcmp(forced, "no-such-level") == 0, "run with ROPEPOOL_CPU=no-such-level, got %s",
+          forced ? forced : "(unset)");
+    const char *want = "ROPEPOOL_CPU=no-such-level is not a CPU kernel level of this build (";
+    for (int kind = 0; kind < 3; kind++) { /* a call, a validate-only call, T = 0 */
+        fixture f;
+        fixture_init(&f, &rng, kind == 2 ? 0 : 3, 4, 2, 16, 8, RP_BF16, RP_I64, 100, 0);
+        f.args.flags = kind == 1 ? RP_VALIDATE_ONLY : 0;
+        snapshot s;
+        snapshot_take(&s, &f);
+        char msg[256] = "";
+        const rp_status st = rp_rope_pool_fused(NULL, &f.args, msg, sizeof msg);
+        CHECK(st == RP_ERR_INVALID_ARGUMENT, "call kind %d: %s: %s", kind, rp_status_name(st), msg);
+        CHECK(strncmp(msg, want, strlen(want)) == 0, "call kind %d: got %s", kind, msg);
+        CHECK(snapshot_unchanged(&s, &f), "call kind %d: a refused call wrote output memory", kind);
+        fixture_free(&f);
+    }
+    CHECK(strcmp(rp_cpu_kernel_name(), "none") == 0, "kernel name %s", rp_cpu_kernel_name());
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "forced-level") == 0) {
+        RUN(test_forced_level_refuses_every_call);
+        return test_summary("test_checks forced-level");
+    }
     RUN(test_dtypes_and_scalars_name_the_value);
     RUN(test_rope_variant_fields_name_the_value);
     RUN(test_inv_freq_is_read_up_to_rotary_dim_over_2);
     RUN(test_other_extensions_are_checked);
     RUN(test_c_api_audit_findings);
     RUN(test_second_c_api_review_findings);
+    RUN(test_third_c_api_review_findings);
     RUN(test_outputs_devices_and_memory);
     RUN(test_aliasing_outputs_are_rejected);
     RUN(test_slot_values_are_checked_in_token_order);
