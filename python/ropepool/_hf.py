@@ -261,6 +261,11 @@ def _sub_configs(config):
 
 
 def _read(config, seq_len, layer_type):
+    # an object whose fields would all read as absent: "the config has neither head_dim nor ..."
+    # would blame a config that was never passed
+    if config is None or isinstance(config, (str, bytes, bool, int, float, list, tuple, np.ndarray)):
+        raise _error("config must be a model's config.json as a dict or a transformers PretrainedConfig, got "
+                     f"{type(config).__name__}")
     config = _as_transformers_config(config)
     text = _text_config(config)
     model_type = _model_type(config, text)

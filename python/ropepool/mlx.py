@@ -182,8 +182,8 @@ def _mrope(section, interleaved):
         raise RopePoolError(f"mrope_interleaved must be True (Qwen3-VL's interleaved rule) or False, got {interleaved!r}")
     if section is None:
         return [0, 0, 0], int(interleaved)
-    try:
-        entries = list(section)
+    try:  # a set or dict has no order of its own: refused, as by the NumPy call
+        entries = None if isinstance(section, (set, frozenset, dict)) else list(section)
     except TypeError:
         entries = None
     if entries is None or len(entries) != 3:

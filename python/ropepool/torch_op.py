@@ -31,6 +31,7 @@ whose offset depends on dynamic shapes, which the fake kernel refuses (see
 
 import os
 
+import numpy as np
 import torch
 
 from . import _ropepool
@@ -190,12 +191,50 @@ _define()
 rope_pool_fused = torch.ops.ropepool.rope_pool_fused
 
 
-def _scale_tensor(scale):
+def _scale_tensor(name, scale):
     """A number as the operator's one-element host tensor (read when the call is made); a tensor
-    as it is (on CUDA read by the kernel, so a captured graph sees updates)."""
+    as it is (on CUDA read by the kernel, so a captured graph sees updates). A NumPy array keeps
+    its dtype and size, which the binding checks as the direct call does; anything else that is no
+    number (a text, a list) is refused as the direct call refuses it, never parsed or read."""
     if isinstance(scale, torch.Tensor):
         return scale
+    if isinstance(scale, np.ndarray):
+        _refuse_masked(name, scale)
+        return torch.as_tensor(scale)
+    if isinstance(scale, (str, bytes)) or not (hasattr(scale, "__float__") or hasattr(scale, "__index__")):
+        raise TypeError(f"{name} must be a number, got {_type_name(scale)}")
     return None if scale == 1.0 else torch.tensor(float(scale), dtype=torch.float64)
+
+
+def _refuse_masked(name, array):
+    # the binding's words (numpy_arrays.c); Dynamo reads NumPy arrays as tensors, with no mask
+    if not torch.compiler.is_compiling() and isinstance(array, np.ma.MaskedArray):
+        raise _ropepool.RopePoolError(f"{name} is a numpy.ma.MaskedArray, whose mask ropepool cannot honour: pass "
+                                      f"{name}.data (or {name}.filled(value))")
+
+
+def _host_frequencies(inv_freq):
+    """inv_freq that is no tensor, read as the direct call reads it (numpy.asarray, float32 or
+    float64 only, widened exactly): a float16 or integer table is refused, not converted. (Its
+    dtype is asked of the tensor: Dynamo traces NumPy arrays as tensors, and not ndarray.dtype.)"""
+    _refuse_masked("inv_freq", inv_freq)
+    try:
+        table = torch.as_tensor(np.asarray(inv_freq))
+    except (TypeError, ValueError, RuntimeError):
+        raise _ropepool.RopePoolError("inv_freq must be a 1-D float32 or float64 array-like, got "
+                                      f"{_type_name(inv_freq)}") from None
+    if table.dtype != torch.float32 and table.dtype != torch.float64:
+        dtype = str(table.dtype).replace("torch.", "")
+        raise _ropepool.RopePoolError(f"inv_freq must hold float32 or float64 values, got dtype {dtype}")
+    return table.to(torch.float64)
+
+
+def _python_number(value):
+    """A NumPy scalar or 0-d array given for a number or flag, as the Python value it holds: the
+    direct call reads them (numpy.float32(1.5), numpy.int64(8)); the schema's Scalar does not."""
+    if isinstance(value, np.generic) or (isinstance(value, np.ndarray) and value.ndim == 0):
+        return value.item()
+    return value
 
 
 # The direct call refuses 0 or 1 given for a bool and a bool given for a number (is_neox=0,
@@ -229,12 +268,19 @@ def call_op(q, k, v, positions, slots, k_pool, v_pool, *, head_dim, num_qo_heads
         dict(head_dim=head_dim, num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, rope_base=rope_base,
              threads=threads, rotary_dim=rotary_dim, attention_scaling=attention_scaling, k_scale=k_scale,
              v_scale=v_scale, v_head_dim=v_head_dim, norm_eps=norm_eps, norm_weight_offset=norm_weight_offset))
+    if isinstance(mrope_section, (set, frozenset, dict)):  # no order of its own: as the direct call refuses it
+        raise _ropepool.RopePoolError(f"mrope_section must be three ints [t, h, w] summing to rotary_dim / 2, "
+                                      f"got {mrope_section!r}")
     for entry in () if mrope_section is None or isinstance(mrope_section, torch.Tensor) else mrope_section:
         if _is_bool(entry):  # the schema's int[] would read True as 1; the direct call refuses it
             raise TypeError(f"mrope_section entry must be an int, got {_type_name(entry)}")
     if inv_freq is not None and not isinstance(inv_freq, torch.Tensor):
-        inv_freq = torch.as_tensor(inv_freq, dtype=torch.float64)
-    k_scale, v_scale = _scale_tensor(k_scale), _scale_tensor(v_scale)
+        inv_freq = _host_frequencies(inv_freq)
+    k_scale, v_scale = _scale_tensor("k_scale", k_scale), _scale_tensor("v_scale", v_scale)
+    head_dim, num_qo_heads, num_kv_heads, rope_base, threads, checked, is_neox, rotary_dim = map(
+        _python_number, (head_dim, num_qo_heads, num_kv_heads, rope_base, threads, checked, is_neox, rotary_dim))
+    attention_scaling, v_head_dim, mrope_interleaved, norm_eps, norm_weight_offset = map(
+        _python_number, (attention_scaling, v_head_dim, mrope_interleaved, norm_eps, norm_weight_offset))
     given = dict(
         threads=threads, checked=checked, is_neox=is_neox, rotary_dim=rotary_dim, inv_freq=inv_freq,
         attention_scaling=attention_scaling, kv_layout=kv_layout, kv_cache_dtype=kv_cache_dtype,

@@ -99,7 +99,9 @@ int rpy_mrope(PyObject *section, PyObject *interleaved, int32_t out[3], uint32_t
     *interleaved_out = (uint32_t)truth;
     if (section == NULL)
         return 0;
-    PyObject *seq = PyUnicode_Check(section) ? NULL : PySequence_Fast(section, "");
+    /* a set or dict has no order of its own: {24, 20, 16} is read in hash order, not as written */
+    const int unordered = PyAnySet_Check(section) || PyDict_Check(section);
+    PyObject *seq = PyUnicode_Check(section) || unordered ? NULL : PySequence_Fast(section, "");
     if (seq == NULL || PySequence_Fast_GET_SIZE(seq) != 3) {
         PyErr_Clear();
         Py_XDECREF(seq);

@@ -167,6 +167,16 @@ def test_a_dict_gets_its_config_class_defaults(ropepool, model_type):
     assert np.array_equal(inv_freq, ropepool.hf_rope_parameters(cls_config)[0])
 
 
+@pytest.mark.parametrize("config", [None, "meta-llama/Llama-3.1-8B", ["llama"], 4096])
+def test_a_config_that_is_no_config_is_named(ropepool, config):
+    """None, a model name or a list read as a config without fields: the message said it had
+    neither head_dim nor hidden_size, as if a real config had lost them."""
+    for helper in (ropepool.hf_rope_parameters, ropepool.hf_rope_kwargs):
+        with pytest.raises(ropepool.RopePoolError, match="^config must be a model's config.json as a dict or a "
+                           f"transformers PretrainedConfig, got {type(config).__name__}$"):
+            helper(config)
+
+
 @pytest.mark.parametrize("fields, message", [
     (dict(hidden_size=4096, num_attention_heads=0), "config num_attention_heads must be an integer in [1, 2^62], got 0"),
     (dict(hidden_size="4096", num_attention_heads=32), None),  # int("4096") as transformers would

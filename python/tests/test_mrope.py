@@ -198,3 +198,34 @@ def test_mlx_takes_the_section(ropepool):
     with pytest.raises(ropepool.RopePoolError, match="must be 2-D"):
         rmx.rope_pool_fused(p.q, p.k, p.v, p.positions, p.slots, p.k_pool, p.v_pool,
                             **p.kwargs(mrope_section=[16, 24, 24]))
+
+
+@pytest.mark.parametrize("section", [{8, 16, 24}, frozenset((8, 16, 24)), {8: 1, 16: 2, 24: 3}])
+def test_a_section_without_an_order_is_refused(ropepool, section):
+    """A set (or dict) was read in hash order, not as written: {8, 16, 24} became [8, 24, 16] or
+    whatever its table held. Refused by the direct call, the torch operator's path and MLX alike,
+    nothing written."""
+    from helpers import make_framework
+
+    message = f"mrope_section must be three ints [t, h, w] summing to rotary_dim / 2, got {section!r}"
+    p = Problem(make_framework("numpy"))
+    expect_refusal(ropepool, p.fw, [*p.arrays()[:3], image_rows(p.T), *p.arrays()[4:]],
+                   p.kwargs(mrope_section=section), message)
+    try:
+        import torch
+        import ropepool.torch_op as op
+    except ImportError:
+        torch = None
+    if torch is not None:
+        arrays = [torch.from_numpy(x) for x in [*p.arrays()[:3], image_rows(p.T), *p.arrays()[4:]]]
+        with pytest.raises(ropepool.RopePoolError) as info:
+            op.call_op(*arrays, **p.kwargs(mrope_section=section))
+        assert str(info.value) == message
+    try:
+        import mlx.core as mx
+        import ropepool.mlx as rmx
+    except ImportError:
+        return
+    arrays = [mx.array(x) for x in [*p.arrays()[:3], image_rows(p.T), *p.arrays()[4:]]]
+    with pytest.raises(ropepool.RopePoolError, match="^mrope_section must be three ints"):
+        rmx.rope_pool_fused(*arrays, **p.kwargs(mrope_section=section))

@@ -159,6 +159,49 @@ def test_compiled_path_refuses_a_bool_mrope_section_entry_as_eager_does(ropepool
         assert (old == p.fw.bits(x)).all()
 
 
+@pytest.mark.parametrize("given, error, match", [
+    (dict(k_scale="2"), TypeError, "k_scale must be a number, got str$"),
+    (dict(v_scale=[2.0]), TypeError, "v_scale must be a number, got list$"),
+    (dict(k_scale=np.array([2.0], np.float16)), "RopePoolError", "k_scale must be a number or a one-element float32"),
+    (dict(k_scale=np.ma.masked_array([2.0], [True]).astype(np.float32)), "RopePoolError", "k_scale is a numpy.ma"),
+    (dict(inv_freq=np.full(8, 0.5, np.float16)), "RopePoolError", "inv_freq must hold float32 or float64 values, got dtype float16$"),
+    (dict(inv_freq=[1] * 8), "RopePoolError", "inv_freq must hold float32 or float64 values, got dtype int64$"),
+    (dict(inv_freq="abcdefgh"), "RopePoolError", "inv_freq must"),
+])
+def test_compiled_path_refuses_a_scale_or_table_as_eager_does(ropepool, given, error, match):
+    """call_op (what Dynamo traces) read k_scale='2' as 2.0 and a float16 or integer inv_freq
+    widened to float64, where the direct call refuses them: both refuse now, nothing written."""
+    from ropepool import torch_op
+
+    p = problem("cpu")
+    p.k_pool, p.v_pool = (torch.full_like(x, 0x55, dtype=torch.uint8) for x in (p.k_pool, p.v_pool))
+    error = ropepool.RopePoolError if error == "RopePoolError" else error
+    before = p.snapshot()
+    for call in (ropepool.rope_pool_fused, torch_op.call_op):
+        with pytest.raises(error, match=match):
+            call(*p.arrays(), **p.kwargs(kv_cache_dtype="fp8", rotary_dim=16, **given))
+    for old, x in zip(before, p.arrays()):
+        assert (old == p.fw.bits(x)).all()
+
+
+def test_compiled_path_reads_numpy_numbers_as_eager_does(ropepool):
+    """The direct call takes NumPy scalars and arrays for its numbers, flags and tables; call_op
+    handed them to the schema's Scalars as they were (a RuntimeError: 'Cannot cast 1.5 to
+    number'). Same bits as the direct call now."""
+    from ropepool import torch_op
+
+    p = problem("cpu")
+    p.k_pool, p.v_pool = (torch.full_like(x, 0x55, dtype=torch.uint8) for x in (p.k_pool, p.v_pool))
+    given = dict(attention_scaling=np.float32(1.5), threads=np.int32(1), is_neox=np.False_, rotary_dim=np.int64(16),
+                 inv_freq=np.linspace(1.0, 1e-3, 8, dtype=np.float32), k_scale=np.array([2.0], np.float32),
+                 v_scale=np.float64(0.5), rope_base=np.array(10000.0), kv_cache_dtype="fp8")
+    results = []
+    for call in (ropepool.rope_pool_fused, torch_op.call_op):
+        pools = clone_all([p.k_pool, p.v_pool])
+        results.append([*call(*p.arrays()[:5], *pools, **p.kwargs(**given))[:2], *pools])
+    assert_same(results[1], results[0])
+
+
 NATIVE_BUILT = importlib.util.find_spec("ropepool._ropepool_torch") is not None
 
 
