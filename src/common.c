@@ -4,6 +4,7 @@
 #include "internal.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #define RP_STR2(x) #x
 #define RP_STR(x) RP_STR2(x)
@@ -93,6 +94,25 @@ rp_status rp_fail(rp_err *err, rp_status status, const char *fmt, ...)
         va_end(ap);
     }
     return status;
+}
+
+void rp_format_past(char *value_text, char *bound_text, double value, double bound, int digits)
+{
+    /* 17 digits tell any two doubles apart */
+    for (int d = digits; d <= 17; d++) {
+        snprintf(value_text, RP_NUMBER_TEXT, "%.*g", d, value);
+        snprintf(bound_text, RP_NUMBER_TEXT, "%.*g", d, bound);
+        if (value == bound || strcmp(value_text, bound_text) != 0)
+            break;
+    }
+}
+
+void rp_format_outside(char *value_text, char *min_text, char *max_text, double value, double min, double max,
+                       int digits)
+{
+    const int below = value < min; /* else above max, or NaN: reported against max */
+    snprintf(below ? max_text : min_text, RP_NUMBER_TEXT, "%.*g", digits, below ? max : min);
+    rp_format_past(value_text, below ? min_text : max_text, value, below ? min : max, digits);
 }
 
 char *rp_format_shape(char *buf, size_t size, const rp_tensor *t)

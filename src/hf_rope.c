@@ -193,12 +193,17 @@ static rp_status check_params(const rp_hf_rope_params *p, rp_err *err)
                        p->rope_type == RP_HF_ROPE_YARN ? "1 for yarn" : "0", p->rope_theta);
     /* transformers rounds both to float32 (a Python float meeting a float32 tensor): beyond
      * FLT_MAX the table would be built from infinity, all zeros but for 1. */
-    if (!isfinite(f32(p->rope_theta)))
-        return rp_fail(err, RP_ERR_INVALID_ARGUMENT, "rope_theta %g overflows float32, in which the table is built",
-                       p->rope_theta);
-    if (isfinite(p->factor) && !isfinite(f32(p->factor)))
-        return rp_fail(err, RP_ERR_INVALID_ARGUMENT, "factor %g overflows float32, in which the table is built",
-                       p->factor);
+    /* printed to the digits that tell them from FLT_MAX, below which they would not overflow */
+    char v[RP_NUMBER_TEXT], most[RP_NUMBER_TEXT];
+    if (!isfinite(f32(p->rope_theta))) {
+        rp_format_past(v, most, p->rope_theta, FLT_MAX, 6);
+        return rp_fail(err, RP_ERR_INVALID_ARGUMENT, "rope_theta %s overflows float32, in which the table is built",
+                       v);
+    }
+    if (isfinite(p->factor) && !isfinite(f32(p->factor))) {
+        rp_format_past(v, most, p->factor, FLT_MAX, 6);
+        return rp_fail(err, RP_ERR_INVALID_ARGUMENT, "factor %s overflows float32, in which the table is built", v);
+    }
     if (p->seq_len < 0)
         return rp_fail(err, RP_ERR_INVALID_ARGUMENT, "seq_len must be >= 0, got %lld",
                        (long long)p->seq_len);
@@ -244,10 +249,11 @@ static rp_status check_params(const rp_hf_rope_params *p, rp_err *err)
                 if (!positive_finite(f[j]))
                     return rp_fail(err, RP_ERR_INVALID_ARGUMENT, "%s[%lld] must be finite and > 0, got %g",
                                    name, (long long)j, f[j]);
-                if (!isfinite(f32(f[j]))) /* the table divides by it in float32: by infinity, 0 */
+                if (!isfinite(f32(f[j]))) { /* the table divides by it in float32: by infinity, 0 */
+                    rp_format_past(v, most, f[j], FLT_MAX, 6);
                     return rp_fail(err, RP_ERR_INVALID_ARGUMENT,
-                                   "%s[%lld] %g overflows float32, in which the table is built", name,
-                                   (long long)j, f[j]);
+                                   "%s[%lld] %s overflows float32, in which the table is built", name, (long long)j, v);
+                }
             }
         }
     if (p->rope_type == RP_HF_ROPE_LLAMA3) {
@@ -310,11 +316,13 @@ static rp_status hf_rope_frequencies(const rp_hf_rope_params *params, double *in
         }
     /* What rp_rope_pool_fused takes: a normal float32 value (its kernels scale cos and sin in
      * float32). */
-    if (status == RP_OK && !(scaling >= FLT_MIN && scaling <= FLT_MAX))
+    if (status == RP_OK && !(scaling >= FLT_MIN && scaling <= FLT_MAX)) {
+        char v[RP_NUMBER_TEXT], lo[RP_NUMBER_TEXT], hi[RP_NUMBER_TEXT];
+        rp_format_outside(v, lo, hi, scaling, FLT_MIN, FLT_MAX, 6);
         status = rp_fail(&err, RP_ERR_INVALID_ARGUMENT,
-                         "rope type '%s' gives attention scaling %g, outside float32's normal range [%g, %g]: "
-                         "check its parameters", hf_type_names[params->rope_type], scaling, (double)FLT_MIN,
-                         (double)FLT_MAX);
+                         "rope type '%s' gives attention scaling %s, outside float32's normal range [%s, %s]: "
+                         "check its parameters", hf_type_names[params->rope_type], v, lo, hi);
+    }
     if (status == RP_OK) {
         for (int64_t j = 0; j < half; j++)
             inv_freq[j] = (double)table[j];

@@ -32,6 +32,16 @@ typedef struct rp_err {
  * status, so that checks read `return rp_fail(err, RP_ERR_..., "...", ...);`. */
 rp_status rp_fail(rp_err *err, rp_status status, const char *fmt, ...) RP_PRINTF(3, 4);
 
+/* A refused value beside the bound it passed, for a message: both as "%.*g" with `digits`
+ * significant digits, or as many more as it takes for them to print apart (a k_scale one ulp
+ * above its largest would read "8.50705917e+37 is outside [..., 8.50705917e+37]"). Each buffer
+ * holds RP_NUMBER_TEXT bytes. */
+#define RP_NUMBER_TEXT 32
+void rp_format_past(char *value_text, char *bound_text, double value, double bound, int digits);
+/* The same for a value outside [min, max]: the bound it passed as above, the other at `digits`. */
+void rp_format_outside(char *value_text, char *min_text, char *max_text, double value, double min, double max,
+                       int digits);
+
 /* Writes a shape as Python prints a tuple: "(6, 8, 64)", "(6,)", "()". Returns buf. */
 char *rp_format_shape(char *buf, size_t size, const rp_tensor *t);
 

@@ -125,9 +125,12 @@ static rp_status check_scale(const rp_rope_pool_args *a, const char *name, doubl
     const rp_dtype fmt = pool_format(a);
     if (scale != 0.0 && !(isfinite(scale) && scale > 0.0))
         return rp_fail(err, bad, "%s must be a positive finite number (0 = 1.0), got %g", name, scale);
-    if (scale != 0.0 && !scale_usable(scale))
-        return rp_fail(err, bad, "%s %.9g is outside [%.9g, %.9g]: the kernels multiply by 1 / %s in float32, which must "
-                       "be a normal float32", name, scale, RP_SCALE_MIN, RP_SCALE_MAX, name);
+    if (scale != 0.0 && !scale_usable(scale)) {
+        char v[RP_NUMBER_TEXT], lo[RP_NUMBER_TEXT], hi[RP_NUMBER_TEXT];
+        rp_format_outside(v, lo, hi, scale, RP_SCALE_MIN, RP_SCALE_MAX, 9);
+        return rp_fail(err, bad, "%s %s is outside [%s, %s]: the kernels multiply by 1 / %s in float32, which must "
+                       "be a normal float32", name, v, lo, hi, name);
+    }
     if (!is_fp8(fmt) && scale != 0.0 && scale != 1.0)
         return rp_fail(err, bad, "%s %g needs fp8 pools: k_pool and v_pool are %s, which take no scale",
                        name, scale, rp_dtype_name(fmt));
@@ -248,32 +251,40 @@ static rp_status check_variant(const rp_rope_pool_args *a, rp_err *err)
         /* below 1, rope_base's frequencies grow with j: the last one, rope_base^(-(R-2)/R), is the
          * largest (computed as rp_compute_inv_freq computes it) */
         const double largest = pow(a->rope_base, -(double)(2 * (half - 1)) / (double)(2 * half));
-        if (!(largest <= most_freq))
+        if (!(largest <= most_freq)) {
+            char v[RP_NUMBER_TEXT], most[RP_NUMBER_TEXT];
+            rp_format_past(v, most, largest, most_freq, 6);
             return rp_fail(err, bad,
                            "rope_base %g is too small for rotary_dim %lld: its largest frequency "
-                           "rope_base^(-%lld/%lld) = %g would overflow the angle position * frequency in float64 "
-                           "for positions near 2^63 (at most %g, as for inv_freq)",
+                           "rope_base^(-%lld/%lld) = %s would overflow the angle position * frequency in float64 "
+                           "for positions near 2^63 (at most %s, as for inv_freq)",
                            a->rope_base, (long long)(2 * half), (long long)(2 * half - 2), (long long)(2 * half),
-                           largest, most_freq);
+                           v, most);
+        }
     }
     for (int64_t j = 0; a->inv_freq != NULL && j < half; j++) {
         if (!(isfinite(a->inv_freq[j]) && a->inv_freq[j] >= 0.0))
             return rp_fail(err, bad, "inv_freq[%lld] must be finite and >= 0, got %g", (long long)j,
                            a->inv_freq[j]);
-        if (a->inv_freq[j] > most_freq)
+        if (a->inv_freq[j] > most_freq) {
+            char v[RP_NUMBER_TEXT], most[RP_NUMBER_TEXT];
+            rp_format_past(v, most, a->inv_freq[j], most_freq, 6);
             return rp_fail(err, bad,
-                           "inv_freq[%lld] = %g is too large: the angle position * inv_freq would overflow "
-                           "float64 for positions near 2^63 (at most %g)",
-                           (long long)j, a->inv_freq[j], most_freq);
+                           "inv_freq[%lld] = %s is too large: the angle position * inv_freq would overflow "
+                           "float64 for positions near 2^63 (at most %s)", (long long)j, v, most);
+        }
     }
     if (a->attention_scaling != 0.0 && !(isfinite(a->attention_scaling) && a->attention_scaling > 0.0))
         return rp_fail(err, bad, "attention_scaling must be positive and finite (0 = 1.0), got %g",
                        a->attention_scaling);
     /* The kernels hold s * cos and s * sin as float32: beyond FLT_MAX they overflow, below FLT_MIN
      * they lose the bits the error bound counts on (it scales with s). */
-    if (a->attention_scaling != 0.0 && !(a->attention_scaling >= FLT_MIN && a->attention_scaling <= FLT_MAX))
-        return rp_fail(err, bad, "attention_scaling %.9g is outside float32's normal range [%.9g, %.9g], in which "
-                       "the kernels scale cos and sin", a->attention_scaling, (double)FLT_MIN, (double)FLT_MAX);
+    if (a->attention_scaling != 0.0 && !(a->attention_scaling >= FLT_MIN && a->attention_scaling <= FLT_MAX)) {
+        char v[RP_NUMBER_TEXT], lo[RP_NUMBER_TEXT], hi[RP_NUMBER_TEXT];
+        rp_format_outside(v, lo, hi, a->attention_scaling, FLT_MIN, FLT_MAX, 9);
+        return rp_fail(err, bad, "attention_scaling %s is outside float32's normal range [%s, %s], in which "
+                       "the kernels scale cos and sin", v, lo, hi);
+    }
     const int32_t *sec = a->mrope_section;
     if (sec[0] < 0 || sec[1] < 0 || sec[2] < 0)
         return rp_fail(err, bad, "mrope_section [%d, %d, %d] must be three non-negative counts of frequencies "
@@ -311,9 +322,14 @@ static rp_status check_norm(const rp_rope_pool_args *a, rp_err *err)
                            rp_dtype_size(dt), rp_dtype_name(dt));
     }
     if (data[0] == NULL && data[1] == NULL) {
-        if (a->norm_eps != 0.0 || a->norm_weight_offset != 0.0)
+        /* name only what was set: 0 is the field's "not set", which the caller may never have written */
+        if (a->norm_eps != 0.0 && a->norm_weight_offset != 0.0)
             return rp_fail(err, bad, "norm_eps %g and norm_weight_offset %g need q_norm_weight or "
                            "k_norm_weight, and neither is given", a->norm_eps, a->norm_weight_offset);
+        if (a->norm_eps != 0.0 || a->norm_weight_offset != 0.0)
+            return rp_fail(err, bad, "%s %g needs q_norm_weight or k_norm_weight, and neither is given",
+                           a->norm_eps != 0.0 ? "norm_eps" : "norm_weight_offset",
+                           a->norm_eps != 0.0 ? a->norm_eps : a->norm_weight_offset);
         return RP_OK;
     }
     if (!(isfinite(a->norm_eps) && a->norm_eps > 0.0))
@@ -356,9 +372,12 @@ static rp_status check_scalars(const rp_rope_pool_args *a, rp_err *err)
     if (!(isfinite(a->rope_base) && a->rope_base > 0.0))
         return rp_fail(err, bad, "rope_base must be a positive finite number, got %g", a->rope_base);
     /* Below DBL_MIN the frequencies rope_base^(-2j/R), up to 1 / rope_base, overflow float64. */
-    if (a->inv_freq == NULL && a->rope_base < DBL_MIN)
-        return rp_fail(err, bad, "rope_base %g is below float64's normal range (%g): its frequencies "
-                       "rope_base^(-2j/rotary_dim) would overflow", a->rope_base, DBL_MIN);
+    if (a->inv_freq == NULL && a->rope_base < DBL_MIN) {
+        char v[RP_NUMBER_TEXT], least[RP_NUMBER_TEXT];
+        rp_format_past(v, least, a->rope_base, DBL_MIN, 6);
+        return rp_fail(err, bad, "rope_base %s is below float64's normal range (%s): its frequencies "
+                       "rope_base^(-2j/rotary_dim) would overflow", v, least);
+    }
 
     if ((st = check_variant(a, err)) != RP_OK || (st = check_norm(a, err)) != RP_OK)
         return st;
@@ -711,10 +730,12 @@ static rp_status read_host_scale(const char *name, const float *ptr, double *sca
     if (!(isfinite(value) && value > 0.0f))
         return rp_fail(err, RP_ERR_INVALID_ARGUMENT,
                        "%s_ptr points to %g: the scale must be a positive finite number", name, (double)value);
-    if (!scale_usable(value))
-        return rp_fail(err, RP_ERR_INVALID_ARGUMENT, "%s_ptr points to %.9g, outside [%.9g, %.9g]: the kernels multiply "
-                       "by 1 / %s in float32, which must be a normal float32", name, (double)value, RP_SCALE_MIN,
-                       RP_SCALE_MAX, name);
+    if (!scale_usable(value)) {
+        char v[RP_NUMBER_TEXT], lo[RP_NUMBER_TEXT], hi[RP_NUMBER_TEXT];
+        rp_format_outside(v, lo, hi, value, RP_SCALE_MIN, RP_SCALE_MAX, 9);
+        return rp_fail(err, RP_ERR_INVALID_ARGUMENT, "%s_ptr points to %s, outside [%s, %s]: the kernels multiply "
+                       "by 1 / %s in float32, which must be a normal float32", name, v, lo, hi, name);
+    }
     *scale = value;
     return RP_OK;
 }

@@ -4,6 +4,7 @@
  */
 #include "test_util.h"
 
+#include <float.h>
 #include <stdint.h>
 
 static test_rng rng = {7};
@@ -379,6 +380,41 @@ static void test_third_c_api_review_findings(void)
     fixture_free(&f);
 }
 
+/* A value refused one ulp past its bound prints to the digits that tell it from the bound: parsed
+ * back, the value in the message lies beyond the bound in the message. */
+static void expect_printed_past(const char *what, const char *msg, const char *before_value, const char *before_bound,
+                                int above)
+{
+    const char *v = strstr(msg, before_value), *b = v ? strstr(v + strlen(before_value), before_bound) : NULL;
+    CHECK(v && b, "%s: unexpected message %s", what, msg);
+    if (!v || !b)
+        return;
+    const double value = strtod(v + strlen(before_value), NULL), bound = strtod(b + strlen(before_bound), NULL);
+    CHECK(above ? value > bound : value < bound, "%s: the message reads as within its bound: %s", what, msg);
+}
+
+static void test_values_one_ulp_past_a_bound_print_past_it(void)
+{
+    char msg[512];
+    fixture f;
+    fixture_init(&f, &rng, 2, 4, 2, 16, 8, RP_F32, RP_I32, 100, 0);
+    rp_rope_pool_args a = f.args;
+    a.flags = RP_VALIDATE_ONLY;
+    a.attention_scaling = nextafter((double)FLT_MAX, INFINITY);
+    CHECK(rp_rope_pool_fused(NULL, &a, msg, sizeof msg) == RP_ERR_INVALID_ARGUMENT, "%s", msg);
+    expect_printed_past("attention_scaling above", msg, "attention_scaling ", ", ", 1);
+    a.attention_scaling = nextafter((double)FLT_MIN, 0.0);
+    CHECK(rp_rope_pool_fused(NULL, &a, msg, sizeof msg) == RP_ERR_INVALID_ARGUMENT, "%s", msg);
+    expect_printed_past("attention_scaling below", msg, "attention_scaling ", "range [", 0);
+    a.attention_scaling = 0.0;
+    double table[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    table[5] = nextafter(DBL_MAX / 0x1p63, INFINITY);
+    a.inv_freq = table;
+    CHECK(rp_rope_pool_fused(NULL, &a, msg, sizeof msg) == RP_ERR_INVALID_ARGUMENT, "%s", msg);
+    expect_printed_past("inv_freq", msg, "inv_freq[5] = ", "(at most ", 1);
+    fixture_free(&f);
+}
+
 static void test_outputs_devices_and_memory(void)
 {
     EXPECT(q_rot_narrow, RP_ERR_INVALID_ARGUMENT, "q_rot shape must match q shape, got (6, 8, 32) vs (6, 8, 64)");
@@ -569,6 +605,7 @@ int main(int argc, char **argv)
     RUN(test_c_api_audit_findings);
     RUN(test_second_c_api_review_findings);
     RUN(test_third_c_api_review_findings);
+    RUN(test_values_one_ulp_past_a_bound_print_past_it);
     RUN(test_outputs_devices_and_memory);
     RUN(test_aliasing_outputs_are_rejected);
     RUN(test_slot_values_are_checked_in_token_order);

@@ -73,9 +73,20 @@ def _error(message):
     return _ropepool.RopePoolError(message)
 
 
+def _is_bool(value):
+    return isinstance(value, (bool, np.bool_))
+
+
+def _refuse_bool(value, name, kind):
+    # float(True) is 1.0: a flag where a number belongs is a mistaken config, not rope_theta 1
+    if _is_bool(value):
+        raise _error(f"config {name} must be {kind}, got {value!r}")
+
+
 def _integer(value, name, lowest=0):
     """A config field as an int in [lowest, 2^62] (config.json may hold 4096.0), or RopePoolError
     naming the field: int() of a NaN, a string or 2**70 would raise Python's bare errors."""
+    _refuse_bool(value, name, "an integer")
     try:
         result = int(value)
     except (TypeError, ValueError, OverflowError):
@@ -87,6 +98,7 @@ def _integer(value, name, lowest=0):
 
 def _number(value, name):
     """A config field as a finite float, or RopePoolError naming the field."""
+    _refuse_bool(value, name, "a number")
     try:
         result = float(value)
     except (TypeError, ValueError, OverflowError):
@@ -319,7 +331,11 @@ def _read(config, seq_len, layer_type):
         for name in ("beta_fast", "beta_slow", "mscale", "mscale_all_dim"):
             if params.get(name):  # None or 0: transformers defaults it
                 fields[name] = _number(params[name], f"rope_parameters['{name}']")
-        fields["truncate"] = bool(params.get("truncate", True))
+        truncate = params.get("truncate", True)
+        # transformers tests its truth (None false, the string "false" true): only a bool or None is read
+        if truncate is not None and not _is_bool(truncate):
+            raise _error(f"config rope_parameters['truncate'] must be true or false, got {truncate!r}")
+        fields["truncate"] = bool(truncate)
     if rope_type == "longrope":
         fields["short_factor"] = _required(params, rope_type, "short_factor")
         fields["long_factor"] = _required(params, rope_type, "long_factor")

@@ -214,6 +214,20 @@ def test_bad_seq_len_is_named(ropepool, seq_len):
         ropepool.hf_rope_parameters(with_rope(type="dynamic", factor=2.0), seq_len=seq_len)
 
 
+@pytest.mark.parametrize("config, message", [
+    (dict(LLAMA, rope_theta=True), r"config rope_theta must be a number, got True"),
+    (dict(LLAMA, head_dim=np.True_), r"config head_dim must be an integer, got "),
+    (with_rope(rope_type="yarn", factor=4.0, truncate="false"),
+     r"config rope_parameters\['truncate'\] must be true or false, got 'false'"),
+    (with_rope(rope_type="yarn", factor=4.0, truncate=0), r"must be true or false, got 0"),
+])
+def test_a_flag_for_a_number_or_a_word_for_a_flag_is_refused(ropepool, config, message):
+    """float(True) is 1.0, and transformers reads truncate by its truth (a string "false" truncates):
+    both are mistaken configs, refused, not read as rope_theta 1 or truncation."""
+    with pytest.raises(ropepool.RopePoolError, match=message):
+        ropepool.hf_rope_parameters(config)
+
+
 def test_non_positive_attention_factor_is_named(ropepool):
     with pytest.raises(ropepool.RopePoolError, match="attention_factor'] must be > 0, got -1.0"):
         ropepool.hf_rope_parameters(with_rope(rope_type="yarn", factor=4.0, attention_factor=-1.0))

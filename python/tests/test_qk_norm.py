@@ -128,7 +128,9 @@ def test_bad_weights_and_eps_are_refused_and_write_nothing(ropepool):
         (dict(q_norm_weight=np.ones(16, np.float16)), "q_norm_weight dtype must be q's dtype float32, got float16"),
         (dict(q_norm_weight=np.ones(16, np.float32), norm_eps=0.0), "norm_eps must be a positive finite number"),
         (dict(k_norm_weight=np.ones(16, np.float32), norm_eps=float("inf")), "norm_eps must be a positive finite"),
-        (dict(norm_eps=1e-5), "norm_eps 1e-05 and norm_weight_offset 0 need q_norm_weight or k_norm_weight"),
+        (dict(norm_eps=1e-5), "^norm_eps 1e-05 needs q_norm_weight or k_norm_weight, and neither is given"),
+        (dict(norm_weight_offset=1.0), "^norm_weight_offset 1 needs q_norm_weight or k_norm_weight"),
+        (dict(norm_eps=1e-5, norm_weight_offset=1.0), "^norm_eps 1e-05 and norm_weight_offset 1 need q_norm_weight"),
         (dict(q_norm_weight=np.ones(16, np.float32), norm_weight_offset=float("nan")), "norm_weight_offset must be finite"),
     ]
     for extra, message in cases:
