@@ -478,21 +478,26 @@ typedef enum rp_hf_rope_type {
     RP_HF_ROPE_DYNAMIC = 2,  /* NTK: theta grown for seq_len > max_position_embeddings          */
     RP_HF_ROPE_YARN = 3,     /* YaRN ramp between default and default / factor; attention factor */
     RP_HF_ROPE_LONGROPE = 4, /* default / short_factor or long_factor; attention factor          */
-    RP_HF_ROPE_LLAMA3 = 5    /* Llama 3.1 wavelength bands                                       */
+    RP_HF_ROPE_LLAMA3 = 5,   /* Llama 3.1 wavelength bands                                       */
+    RP_HF_ROPE_PROPORTIONAL = 6 /* Gemma 4's full attention: default / factor on the first
+                                   int(partial_rotary_factor * R // 2) pairs, 0 on the rest        */
 } rp_hf_rope_type;
 
 /* rp_hf_rope_params.flags */
 #define RP_HF_YARN_NO_TRUNCATE 0x1u /* yarn "truncate": false (the correction range is not rounded) */
 
 /* The numbers a transformers config gives for one rope (a binding reads the config; C has no JSON
- * parser). Fields a type does not use are ignored; 0 means "not given" where a default exists. */
+ * parser). Fields a type does not use are ignored; 0 means "not given" where a default exists
+ * (never for proportional, whose factor and partial_rotary_factor the binding always passes). */
 typedef struct rp_hf_rope_params {
     int32_t rope_type;        /* rp_hf_rope_type                                                    */
     uint32_t flags;           /* RP_HF_*                                                            */
-    int64_t rotary_dim;       /* R = int(head_dim * partial_rotary_factor): even, >= 2 (dynamic: >= 4) */
+    int64_t rotary_dim;       /* R = int(head_dim * partial_rotary_factor): even, >= 2 (dynamic: >= 4);
+                                 proportional: R = head_dim, the table spans the head             */
     double rope_theta;        /* > 0 and finite (yarn: > 1)                                         */
-    double factor;            /* linear, dynamic, llama3: > 0, required. yarn, longrope: 0 = the
-                                 config's max_position_embeddings / original_max_position_embeddings */
+    double factor;            /* linear, dynamic, llama3, proportional (transformers' default 1): > 0,
+                                 required. yarn, longrope: 0 = the config's max_position_embeddings /
+                                 original_max_position_embeddings                                 */
     double attention_factor;  /* yarn, longrope: > 0, or 0 = derived as transformers does           */
     int64_t seq_len;          /* dynamic, longrope: the sequence length served; 0 = none (init)     */
     int64_t max_position_embeddings;          /* dynamic: required; yarn/longrope with factor 0   */
@@ -501,7 +506,9 @@ typedef struct rp_hf_rope_params {
     double mscale, mscale_all_dim;            /* yarn: 0 = absent                                  */
     double low_freq_factor, high_freq_factor; /* llama3: required, high > low                      */
     const double *short_factor, *long_factor; /* longrope: [R/2] each, finite, > 0                 */
-    uint64_t reserved[4];     /* must be 0                                                          */
+    double partial_rotary_factor;             /* proportional: in [0, 1], required (transformers'
+                                                 default 1; 0 is a value: no pair rotated)         */
+    uint64_t reserved[3];     /* must be 0                                                          */
 } rp_hf_rope_params;
 
 /*
@@ -516,7 +523,9 @@ typedef struct rp_hf_rope_params {
  * give transformers' table bit for bit. Dynamic NTK with seq_len > max_position_embeddings forms its grown theta in float32, as
  * transformers' runtime update does. Writes R/2 float32 values, widened, to inv_freq[0..R/2) and
  * the cos/sin scale (1.0 unless yarn or longrope) to *attention_scaling: ready to pass as
- * rp_rope_pool_args.inv_freq and .attention_scaling. A call that fails writes neither.
+ * rp_rope_pool_args.inv_freq and .attention_scaling. Proportional's zero frequencies (the pairs
+ * past int(partial_rotary_factor * R // 2), R = head_dim) leave those pairs unrotated there, as
+ * transformers' cos 1 and sin 0 do. A call that fails writes neither.
  */
 RP_API rp_status rp_hf_rope_frequencies(const rp_hf_rope_params *params, double *inv_freq,
                                         double *attention_scaling, char *errbuf, size_t errbuf_size);

@@ -49,7 +49,8 @@ static float pow_of_shape(float base, int64_t j, int64_t rotary_dim)
     return f32_pow(base, (double)f32_div((float)(2 * j), (float)rotary_dim));
 }
 
-/* The default table 1 / base^(2j/R) (RoPE's own, and the start of linear, dynamic and llama3). */
+/* The default table 1 / base^(2j/R) (RoPE's own, and the start of linear, dynamic, llama3 and
+ * proportional). */
 static void default_table(float base, int64_t rotary_dim, float *out)
 {
     for (int64_t j = 0; j < rotary_dim / 2; j++)
@@ -166,15 +167,28 @@ static void llama3_table(const rp_hf_rope_params *p, float *out)
     }
 }
 
+/* transformers' proportional rope (Gemma 4's full attention, LFM3's): the default table over the
+ * whole head R, for only the first int(partial_rotary_factor * R // 2) pairs (Python's float
+ * arithmetic: a double product, then floor division by 2), zeros for the rest, the whole divided by
+ * factor in float32. rp_rope_pool_fused leaves a pair of frequency 0 unrotated (cos 1, sin 0), as
+ * transformers' cos/sin of the full-width table do. */
+static void proportional_table(const rp_hf_rope_params *p, float *out)
+{
+    const int64_t rotated = (int64_t)floor(p->partial_rotary_factor * (double)p->rotary_dim / 2.0);
+    default_table(f32(p->rope_theta), p->rotary_dim, out);
+    for (int64_t j = 0; j < p->rotary_dim / 2; j++)
+        out[j] = j < rotated ? f32_div(out[j], f32(p->factor)) : 0.0f;
+}
+
 static const char *const hf_type_names[] = {"default", "linear", "dynamic", "yarn", "longrope",
-                                            "llama3"};
+                                            "llama3", "proportional"};
 
 static int positive_finite(double x) { return isfinite(x) && x > 0.0; }
 
 /* Every check, before anything is computed. */
 static rp_status check_params(const rp_hf_rope_params *p, rp_err *err)
 {
-    if (p->rope_type < RP_HF_ROPE_DEFAULT || p->rope_type > RP_HF_ROPE_LLAMA3)
+    if (p->rope_type < RP_HF_ROPE_DEFAULT || p->rope_type > RP_HF_ROPE_PROPORTIONAL)
         return rp_fail(err, RP_ERR_INVALID_ARGUMENT, "rope_type %d is not an rp_hf_rope_type",
                        (int)p->rope_type);
     const char *type = hf_type_names[p->rope_type];
@@ -207,8 +221,8 @@ static rp_status check_params(const rp_hf_rope_params *p, rp_err *err)
     if (p->seq_len < 0)
         return rp_fail(err, RP_ERR_INVALID_ARGUMENT, "seq_len must be >= 0, got %lld",
                        (long long)p->seq_len);
-    const int factor_required = p->rope_type == RP_HF_ROPE_LINEAR ||
-                                p->rope_type == RP_HF_ROPE_DYNAMIC || p->rope_type == RP_HF_ROPE_LLAMA3;
+    const int factor_required = p->rope_type == RP_HF_ROPE_LINEAR || p->rope_type == RP_HF_ROPE_DYNAMIC ||
+                                p->rope_type == RP_HF_ROPE_LLAMA3 || p->rope_type == RP_HF_ROPE_PROPORTIONAL;
     const int factor_derived = p->rope_type == RP_HF_ROPE_YARN || p->rope_type == RP_HF_ROPE_LONGROPE;
     if (factor_required && !positive_finite(p->factor))
         return rp_fail(err, RP_ERR_INVALID_ARGUMENT, "factor must be finite and > 0 for rope type '%s', got %g",
@@ -256,6 +270,13 @@ static rp_status check_params(const rp_hf_rope_params *p, rp_err *err)
                 }
             }
         }
+    /* Outside [0, 1] transformers' table is not R/2 long (more rotated pairs than the head has, or
+     * an empty arange and more than R/2 zeros): no model could use it. */
+    if (p->rope_type == RP_HF_ROPE_PROPORTIONAL &&
+        !(p->partial_rotary_factor >= 0.0 && p->partial_rotary_factor <= 1.0))
+        return rp_fail(err, RP_ERR_INVALID_ARGUMENT,
+                       "partial_rotary_factor must be in [0, 1] for rope type 'proportional', got %g",
+                       p->partial_rotary_factor);
     if (p->rope_type == RP_HF_ROPE_LLAMA3) {
         if (!positive_finite(p->low_freq_factor) || !isfinite(p->high_freq_factor) ||
             p->high_freq_factor <= p->low_freq_factor)
@@ -304,7 +325,8 @@ static rp_status hf_rope_frequencies(const rp_hf_rope_params *params, double *in
     case RP_HF_ROPE_DYNAMIC: dynamic_table(params, table); break;
     case RP_HF_ROPE_YARN: scaling = yarn_table(params, table); break;
     case RP_HF_ROPE_LONGROPE: scaling = longrope_table(params, table); break;
-    default: llama3_table(params, table); break;
+    case RP_HF_ROPE_LLAMA3: llama3_table(params, table); break;
+    default: proportional_table(params, table); break;
     }
     /* Inputs that pass the checks can still overflow float32 (a huge factor or theta). */
     for (int64_t j = 0; j < half; j++)
@@ -354,6 +376,11 @@ static const struct hf_style_entry {
     {"smollm3", RP_ROPE_NEOX},      {"seed_oss", RP_ROPE_NEOX},      {"exaone4", RP_ROPE_NEOX},
     {"hunyuan_v1_dense", RP_ROPE_NEOX}, {"apertus", RP_ROPE_NEOX},   {"arcee", RP_ROPE_NEOX},
     {"granitemoe", RP_ROPE_NEOX},
+    /* Gemma 4 and its derivatives, LFM3: rotate_half over the whole head, whose proportional
+     * table (full attention) holds zeros past its rotated pairs. */
+    {"gemma4", RP_ROPE_NEOX},       {"gemma4_text", RP_ROPE_NEOX},   {"gemma4_unified", RP_ROPE_NEOX},
+    {"gemma4_unified_text", RP_ROPE_NEOX}, {"diffusion_gemma", RP_ROPE_NEOX},
+    {"diffusion_gemma_text", RP_ROPE_NEOX}, {"lfm3", RP_ROPE_NEOX},
     /* GLM-4.5/4.6/4.7: transformers' Glm4MoeAttention rotates halves, unlike glm and glm4. */
     {"glm4_moe", RP_ROPE_NEOX},
     {"gptj", RP_ROPE_GPTJ},         {"codegen", RP_ROPE_GPTJ},       {"glm", RP_ROPE_GPTJ},

@@ -1,6 +1,7 @@
 /*
  * test_hf_rope.c — rp_hf_rope_frequencies and rp_hf_rope_style from C: tables equal to what
- * transformers 5.24 holds for Llama-3.1-8B and DeepSeek-V3 (values from
+ * transformers 5.24 holds for Llama-3.1-8B and DeepSeek-V3, and 5.25 for a Gemma-4-like
+ * full-attention layer (values from
  * python/tests/fixtures/hf_rope.json, where every recorded config is checked), float32 values,
  * refusals that name the field and write nothing, and the style table.
  */
@@ -84,6 +85,41 @@ static void test_dynamic_within_range_is_default_and_grows_past_it(void)
           base[63]);
 }
 
+/* Gemma 4's full attention (transformers' "proportional" rope): R = head_dim = 512, theta 1e6, the
+ * first int(0.25 * 512 // 2) = 64 pairs rotated, the other 192 of frequency 0; factor 8 divides the
+ * rotated ones in float32. */
+static void test_proportional_table_is_gemma4_full_attention(void)
+{
+    rp_hf_rope_params p = {0};
+    p.rope_type = RP_HF_ROPE_PROPORTIONAL;
+    p.rotary_dim = 512;
+    p.rope_theta = 1e6;
+    p.factor = 1.0;
+    p.partial_rotary_factor = 0.25;
+    static double inv[256], eighth[256];
+    double s = 0.0;
+    char msg[256] = "";
+    CHECK(rp_hf_rope_frequencies(&p, inv, &s, msg, sizeof msg) == RP_OK, "%s", msg);
+    CHECK(inv[0] == 1.0 && inv[1] == 0x1.e519fp-1 && inv[31] == 0x1.8062cap-3 && inv[63] == 0x1.116b1p-5,
+          "got %a %a %a %a", inv[0], inv[1], inv[31], inv[63]);
+    for (int j = 64; j < 256; j++)
+        CHECK(inv[j] == 0.0, "inv_freq[%d] = %a past the rotated pairs", j, inv[j]);
+    CHECK(s == 1.0, "attention_scaling %g", s);
+    p.factor = 8.0;
+    CHECK(rp_hf_rope_frequencies(&p, eighth, &s, msg, sizeof msg) == RP_OK, "%s", msg);
+    for (int j = 0; j < 256; j++)
+        CHECK(eighth[j] == inv[j] / 8.0, "factor 8: inv_freq[%d] = %a, want %a", j, eighth[j], inv[j] / 8.0);
+    /* 0 rotates nothing (a value, not "absent"); 1 is the default table over the head */
+    p.partial_rotary_factor = 0.0;
+    CHECK(rp_hf_rope_frequencies(&p, inv, &s, msg, sizeof msg) == RP_OK && inv[0] == 0.0, "%s", msg);
+    p.partial_rotary_factor = 1.0;
+    p.factor = 1.0;
+    CHECK(rp_hf_rope_frequencies(&p, inv, &s, msg, sizeof msg) == RP_OK, "%s", msg);
+    p.rope_type = RP_HF_ROPE_DEFAULT;
+    CHECK(rp_hf_rope_frequencies(&p, eighth, &s, msg, sizeof msg) == RP_OK, "%s", msg);
+    CHECK(memcmp(inv, eighth, sizeof inv) == 0, "partial_rotary_factor 1, factor 1: the default table");
+}
+
 /* The call fails with `status`, its message contains `needle`, and the outputs keep their sentinel. */
 static void expect_refusal(const rp_hf_rope_params *p, rp_status status, const char *needle)
 {
@@ -157,6 +193,19 @@ static void test_bad_parameters_are_refused_by_name_and_write_nothing(void)
     l.long_factor = good_longs;
     expect_refusal(&l, RP_ERR_INVALID_ARGUMENT, "short_factor[2] 1e+300 overflows float32");
 
+    rp_hf_rope_params g = {0};
+    g.rope_type = RP_HF_ROPE_PROPORTIONAL;
+    g.rotary_dim = 16;
+    g.rope_theta = 1e6;
+    g.partial_rotary_factor = 0.25;
+    expect_refusal(&g, RP_ERR_INVALID_ARGUMENT, "factor must be finite and > 0 for rope type 'proportional'");
+    g.factor = 1.0;
+    const double bad_partial[3] = {1.5, -0.25, NAN};
+    for (int i = 0; i < 3; i++) {
+        g.partial_rotary_factor = bad_partial[i];
+        expect_refusal(&g, RP_ERR_INVALID_ARGUMENT, "partial_rotary_factor must be in [0, 1] for rope type 'proportional'");
+    }
+
     /* Valid-looking numbers that overflow float32: refused after computing, still nothing written. */
     rp_hf_rope_params o = {0};
     o.rope_type = RP_HF_ROPE_LINEAR;
@@ -172,7 +221,8 @@ static void test_style_table_follows_transformers(void)
         {"llama", -1, RP_ROPE_NEOX},       {"qwen3_vl_text", -1, RP_ROPE_NEOX}, {"gpt_neox", -1, RP_ROPE_NEOX},
         {"glm4_moe", -1, RP_ROPE_NEOX},    {"gptj", -1, RP_ROPE_GPTJ},          {"glm4", -1, RP_ROPE_GPTJ},
         {"chatglm", -1, RP_ROPE_GPTJ},     {"deepseek_v2", 0, RP_ROPE_GPTJ},    {"deepseek_v3", -1, RP_ROPE_GPTJ},
-        {"deepseek_v3", 1, RP_ROPE_GPTJ},  {"deepseek_v3", 0, RP_ROPE_NEOX},
+        {"deepseek_v3", 1, RP_ROPE_GPTJ},  {"deepseek_v3", 0, RP_ROPE_NEOX}, {"gemma4_text", -1, RP_ROPE_NEOX},
+        {"lfm3", -1, RP_ROPE_NEOX},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int32_t style = -1;
@@ -205,7 +255,7 @@ static void test_random_parameters_end_in_a_table_or_a_clean_refusal(void)
     int ok = 0;
     for (int iter = 0; iter < 20000; iter++) {
         rp_hf_rope_params p = {0};
-        p.rope_type = (int32_t)(rng_next(&r) % 7) - (iter % 50 == 0);
+        p.rope_type = (int32_t)(rng_next(&r) % 8) - (iter % 50 == 0);
         p.flags = (uint32_t)(rng_next(&r) % 3);
         p.rotary_dim = (int64_t)(rng_next(&r) % (2 * HALF_MAX + 2));
         p.rope_theta = pick(&r);
@@ -220,6 +270,7 @@ static void test_random_parameters_end_in_a_table_or_a_clean_refusal(void)
         p.mscale_all_dim = pick(&r);
         p.low_freq_factor = pick(&r);
         p.high_freq_factor = pick(&r);
+        p.partial_rotary_factor = rng_next(&r) % 2 ? rng_uniform(&r, 0.0, 1.0) : pick(&r);
         for (int j = 0; j < HALF_MAX; j++) {
             shorts[j] = rng_next(&r) % 97 ? rng_uniform(&r, 0.5, 2.0) : pick(&r);
             longs[j] = rng_next(&r) % 97 ? rng_uniform(&r, 1.0, 60.0) : pick(&r);
@@ -252,6 +303,7 @@ int main(void)
     RUN(test_llama31_table_is_transformers_buffer);
     RUN(test_deepseek_v3_yarn_table_and_mscale);
     RUN(test_dynamic_within_range_is_default_and_grows_past_it);
+    RUN(test_proportional_table_is_gemma4_full_attention);
     RUN(test_bad_parameters_are_refused_by_name_and_write_nothing);
     RUN(test_style_table_follows_transformers);
     RUN(test_random_parameters_end_in_a_table_or_a_clean_refusal);

@@ -16,7 +16,7 @@ from . import _ropepool
 
 __all__ = ["hf_rope_kwargs", "hf_rope_parameters"]
 
-_ROPE_TYPES = {"default": 0, "linear": 1, "dynamic": 2, "yarn": 3, "longrope": 4, "llama3": 5}
+_ROPE_TYPES = {"default": 0, "linear": 1, "dynamic": 2, "yarn": 3, "longrope": 4, "llama3": 5, "proportional": 6}
 
 # What transformers' config classes fill in when config.json leaves a field out (their
 # `default_theta` and `partial_rotary_factor` defaults); everything else defaults to theta 10000
@@ -28,13 +28,22 @@ _DEFAULT_THETA = {
     "cohere": 5e5,
     "gpt_oss": 1.5e5, "smollm3": 2e6, "apertus": 1.2e7, "ernie4_5": 5e5, "helium": 1e5,
 }
+# Gemma 4 and its derivatives: a head_dim per layer type (transformers' per_layer_config).
+_GEMMA4 = frozenset(("gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text", "diffusion_gemma",
+                     "diffusion_gemma_text"))
 # A rope the config class fills in when config.json gives none (GptOssConfig: YaRN; ApertusConfig:
-# llama3 with its own theta).
+# llama3 with its own theta; Gemma 4's and Lfm3Config: one rope per layer type, proportional on full
+# attention).
 _DEFAULT_ROPE = {
     "gpt_oss": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
                 "original_max_position_embeddings": 4096},
     "apertus": {"rope_type": "llama3", "rope_theta": 1.2e7, "factor": 8.0, "original_max_position_embeddings": 8192,
                 "low_freq_factor": 1.0, "high_freq_factor": 4.0},
+    "lfm3": {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+             "full_attention": {"rope_type": "proportional", "rope_theta": 1e6, "partial_rotary_factor": 0.5}},
+    **dict.fromkeys(_GEMMA4, {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+        "full_attention": {"rope_type": "proportional", "rope_theta": 1e6, "partial_rotary_factor": 0.25}}),
 }
 # head_dim where the config class's default is not hidden_size // num_attention_heads.
 _DEFAULT_HEAD_DIM = {
@@ -53,7 +62,9 @@ _DEFAULT_ROPE_IGNORES_PARTIAL = frozenset((
     "qwen2_5_vl", "qwen2_5_vl_text", "qwen3_vl", "qwen3_vl_text", "qwen3_vl_moe", "qwen3_vl_moe_text",
     "gemma", "gemma2", "gemma3", "gemma3_text",
     "starcoder2", "olmo", "granite", "falcon", "cohere", "cohere2", "gpt_oss", "olmo2", "smollm3", "seed_oss",
-    "exaone4", "hunyuan_v1_dense", "apertus", "arcee", "granitemoe", "ernie4_5", "helium"))
+    "exaone4", "hunyuan_v1_dense", "apertus", "arcee", "granitemoe", "ernie4_5", "helium",
+    "gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text", "diffusion_gemma", "diffusion_gemma_text",
+    "lfm3"))
 # mRoPE as transformers' Qwen-VL text rotary embeddings apply it: (default mrope_section,
 # interleaved). Qwen2-VL / Qwen2.5-VL take consecutive chunks; Qwen3-VL always interleaves.
 _MROPE = {
@@ -207,6 +218,8 @@ def _head_and_rotary_dim(text, model_type, params):
                          "(n_embd and n_head)")
         head_dim = _integer(hidden, "hidden_size") // _integer(heads, "num_attention_heads", lowest=1)
     head_dim = _integer(head_dim, "head_dim")
+    if params["rope_type"] == "proportional":  # a table over the whole head, zeros past the rotated pairs
+        return head_dim, head_dim
     if model_type in ("gptj", "codegen"):  # an absolute rotary_dim; GPTJConfig's default is 64
         rotary_dim = _field(text, "rotary_dim")
         if rotary_dim is None:  # an explicit null: the whole head
@@ -233,6 +246,28 @@ def _as_transformers_config(config):
         return AutoConfig.for_model(**config)
     except Exception:  # not installed, a model type it does not know, a config it refuses
         return config
+
+
+def _layer_config(text, model_type, layer_type):
+    """The config of layer_type's layers where transformers keeps per-layer sizes (its
+    per_layer_config: Gemma 4's full-attention layers have head_dim global_head_dim, 512 by default,
+    against 256); text itself elsewhere. A config as written (a dict transformers did not read, or
+    an object that is not its class) with per-layer sizes is refused: only the config class knows
+    which layers they apply to."""
+    if getattr(text, "is_heterogeneous", False):
+        try:
+            return text.per_layer_config[layer_type]
+        except ValueError:
+            # The layers of this type differ among themselves (NeoMME's sliding_window): the global
+            # config, whose per-layer attributes transformers refuses to read, naming them.
+            return text
+    if not hasattr(text, "is_heterogeneous") and (
+            model_type in _GEMMA4 or _field(text, "global_head_dim") is not None or _field(text, "per_layer_config")):
+        raise _error(f"this {model_type} config sizes its attention per layer type (Gemma 4's full-attention "
+                     "layers: global_head_dim, by default 512, through transformers' per_layer_config), which "
+                     "ropepool reads through transformers' config class: install a transformers that knows model "
+                     f"type '{model_type}', or pass its config object")
+    return text
 
 
 def _has_key(config, name):
@@ -289,6 +324,8 @@ def _read(config, seq_len, layer_type):
         raise _error(f"this {model_type} config holds sub-configs ({', '.join(_sub_configs(config))}) and no "
                      "text_config: pass the sub-config of the attention you serve")
     params = _rope_parameters(text, model_type, layer_type)
+    if layer_type is not None:
+        text = _layer_config(text, model_type, layer_type)
     _, rotary_dim = _head_and_rotary_dim(text, model_type, params)
     if params["rope_type"] == "ntk_alpha":
         alpha = _number(params["alpha"], "rope_parameters['alpha']")
@@ -312,6 +349,10 @@ def _read(config, seq_len, layer_type):
         fields["max_position_embeddings"] = _integer(max_pos, "max_position_embeddings")
     if rope_type in ("linear", "dynamic", "llama3"):
         fields["factor"] = _number(_required(params, rope_type, "factor"), "rope_parameters['factor']")
+    if rope_type == "proportional":  # read from the rope's own dict, transformers' defaults 1
+        fields["factor"] = _number(params.get("factor", 1.0), "rope_parameters['factor']")
+        fields["partial_rotary_factor"] = _number(params.get("partial_rotary_factor", 1.0),
+                                                  "rope_parameters['partial_rotary_factor']")
     if rope_type == "dynamic" and max_pos is None:
         raise _error("rope type 'dynamic' needs max_position_embeddings, which the config does not have")
     if rope_type in ("yarn", "longrope", "llama3"):
@@ -366,7 +407,10 @@ def hf_rope_parameters(config, *, seq_len=None, layer_type=None):
     seq_len: the sequence length served, for rope types that depend on it (dynamic: past
     max_position_embeddings the base grows, as transformers' runtime update does; longrope: long
     factors past original_max_position_embeddings). layer_type: for configs with one rope per layer
-    type (Gemma 3: "full_attention" or "sliding_attention").
+    type (Gemma 3, Gemma 4, LFM3: "full_attention" or "sliding_attention"); where transformers sizes
+    layers per type (Gemma 4's per_layer_config: head_dim 512 on full attention), that layer type's
+    config is read, and a config as written (a dict transformers cannot read, a plain object) is
+    refused.
 
     Returns ``(inv_freq, attention_scaling)``: a float64 array of rotary_dim/2 frequencies holding
     transformers' float32 values (within 1 float32 ulp of its CPU buffers on the committed
@@ -378,8 +422,11 @@ def hf_rope_parameters(config, *, seq_len=None, layer_type=None):
     ``rope_pool_fused(..., inv_freq=inv_freq, attention_scaling=attention_scaling)``.
 
     Reads rope_parameters (transformers 5) or rope_theta + rope_scaling ("type" meaning
-    "rope_type"); rope types default, linear, dynamic, yarn, longrope, llama3. Any other type, or
-    a missing required field, raises RopePoolError naming it. DeepSeek's rotary_dim is
+    "rope_type"); rope types default, linear, dynamic, yarn, longrope, llama3, proportional
+    (rotary_dim is head_dim; the first int(partial_rotary_factor * head_dim // 2) frequencies are
+    the default table / factor, both read from the rope's own dict, and the rest 0, pairs
+    rope_pool_fused leaves unrotated). Any other type, or a missing required field, raises
+    RopePoolError naming it. DeepSeek's rotary_dim is
     qk_rope_head_dim, and its softmax scale (mscale_all_dim squared) is the attention's business,
     not the rotary's: attention_scaling is transformers' rotary one.
 

@@ -51,16 +51,16 @@ PyObject *rpy_hf_rope_frequencies(PyObject *module, PyObject *args, PyObject *kw
                                "seq_len", "max_position_embeddings",
                                "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
                                "mscale_all_dim", "low_freq_factor", "high_freq_factor", "short_factor",
-                               "long_factor", "truncate", NULL};
+                               "long_factor", "truncate", "partial_rotary_factor", NULL};
     rp_hf_rope_params p = {0};
     PyObject *short_obj = Py_None, *long_obj = Py_None;
     int truncate = 1;
     long long rotary_dim = 0, seq_len = 0, max_pos = 0, orig = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iLd|ddLLLddddddOOp", keywords, &p.rope_type,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iLd|ddLLLddddddOOpd", keywords, &p.rope_type,
                                      &rotary_dim, &p.rope_theta, &p.factor, &p.attention_factor,
                                      &seq_len, &max_pos, &orig, &p.beta_fast, &p.beta_slow, &p.mscale,
                                      &p.mscale_all_dim, &p.low_freq_factor, &p.high_freq_factor,
-                                     &short_obj, &long_obj, &truncate))
+                                     &short_obj, &long_obj, &truncate, &p.partial_rotary_factor))
         return NULL;
     p.rotary_dim = rotary_dim;
     p.seq_len = seq_len;

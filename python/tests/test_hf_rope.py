@@ -2,7 +2,8 @@
 
 The fixtures (fixtures/hf_rope.json, fixtures/hf_rope_rotations.npz) were recorded from
 transformers' own rotary modules by python/tools/record_hf_fixtures.py; these tests need neither
-transformers nor torch.
+transformers nor torch, but for the Gemma-4-like fixtures, whose per-layer head sizes are read
+through transformers' config class.
 
 Tolerance on the tables: at most 1 float32 ulp, 2 for dynamic NTK, on every entry. ropepool
 repeats transformers' float32 operations in their order (measured once while writing it: a NumPy
@@ -30,6 +31,11 @@ RECORD = json.loads((FIXTURES / "hf_rope.json").read_text())
 CASES = RECORD["cases"]
 
 
+def per_layer_sizes(config):
+    """Gemma 4's per-layer head sizes: only transformers' config class reads them."""
+    return "global_head_dim" in config
+
+
 def case_id(case):
     return "-".join(str(x) for x in (case["name"], case["seq_len"], case["layer_type"]) if x is not None)
 
@@ -49,6 +55,12 @@ def as_object(config):
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 @pytest.mark.parametrize("form", ["dict", "object"])
 def test_tables_match_transformers_buffers(ropepool, case, form):
+    if per_layer_sizes(case["config"]):
+        if form == "object":  # a namespace, not transformers' class: refused rather than read as one head size
+            with pytest.raises(ropepool.RopePoolError, match="sizes its attention per layer type"):
+                ropepool.hf_rope_parameters(as_object(case["config"]), layer_type=case["layer_type"])
+            return
+        pytest.importorskip("transformers")
     config = case["config"] if form == "dict" else as_object(case["config"])
     inv_freq, scaling = ropepool.hf_rope_parameters(config, seq_len=case["seq_len"],
                                                     layer_type=case["layer_type"])
@@ -66,6 +78,8 @@ def test_tables_are_mostly_bit_identical(ropepool):
     """A wrong operation order moves most entries; torch's powf only a few."""
     exact = total = 0
     for case in CASES:
+        if per_layer_sizes(case["config"]):
+            continue
         inv_freq, _ = ropepool.hf_rope_parameters(case["config"], seq_len=case["seq_len"],
                                                   layer_type=case["layer_type"])
         u = ulps(inv_freq, case["inv_freq"])
@@ -96,7 +110,7 @@ def with_rope(**rope):
     return dict(LLAMA, rope_scaling=rope)
 
 
-@pytest.mark.parametrize("rope_type", ["proportional", "su", "mrope_v9", "ntk"])
+@pytest.mark.parametrize("rope_type", ["axial", "su", "mrope_v9", "ntk"])
 def test_unknown_rope_type_is_named(ropepool, rope_type):
     with pytest.raises(ropepool.RopePoolError, match=f"rope type '{rope_type}' is not supported"):
         ropepool.hf_rope_parameters(with_rope(rope_type=rope_type, factor=2.0))
@@ -382,7 +396,9 @@ def family(model_type, **extra):
 NEOX = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_vl", "qwen2_vl_text",
         "qwen2_5_vl", "qwen2_5_vl_text", "qwen3_vl", "qwen3_vl_text", "phi", "phi3", "gpt_neox", "gemma",
         "gemma2", "gemma3", "gemma3_text", "starcoder2", "olmo", "granite", "stablelm", "falcon", "glm4_moe",
-        "gpt_oss", "olmo2", "smollm3", "seed_oss", "exaone4", "hunyuan_v1_dense", "apertus", "arcee", "granitemoe"}
+        "gpt_oss", "olmo2", "smollm3", "seed_oss", "exaone4", "hunyuan_v1_dense", "apertus", "arcee", "granitemoe",
+        "gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text", "diffusion_gemma", "diffusion_gemma_text",
+        "lfm3"}
 GPTJ = {"gptj", "codegen", "glm", "glm4", "cohere", "cohere2", "chatglm", "deepseek_v2", "deepseek_v3", "ernie4_5",
         "helium"}
 FAMILIES = RECORD["families"]
@@ -427,8 +443,11 @@ def test_hunyuan_alpha_is_a_fixed_base_not_dynamic_ntk(ropepool):
 
 
 def test_every_style_table_entry_has_a_transformers_fixture(ropepool):
-    recorded = {f["config"]["model_type"] for f in FAMILIES}
-    assert (NEOX | GPTJ) - recorded == {"gemma3", "gemma3_text", "chatglm"}  # gemma3: see below
+    recorded = {f["config"]["model_type"] for f in FAMILIES} | {c["config"]["model_type"] for c in CASES}
+    # chatglm is remote code; the Gemma 4 derivatives share gemma4_text's rotary code (their
+    # styles checked by python/tools/sweep_hf_rope.py)
+    assert (NEOX | GPTJ) - recorded == {"gemma3", "chatglm", "gemma4", "gemma4_unified", "gemma4_unified_text",
+                                        "diffusion_gemma", "diffusion_gemma_text"}
 
 
 def test_chatglm_is_gptj_pairs_on_half_of_kv_channels(ropepool):
@@ -453,6 +472,76 @@ def test_gemma3_kwargs_need_the_layer_type(ropepool):
     local = ropepool.hf_rope_kwargs(gemma3, layer_type="sliding_attention")
     assert full["is_neox"] and local["rotary_dim"] == full["rotary_dim"] == 256
     assert full["inv_freq"][0] == 1.0 / 8 and local["inv_freq"][0] == 1.0
+
+
+def test_proportional_spans_the_head_with_zeros_past_the_rotated_pairs(ropepool):
+    """transformers' proportional rope (LFM3's full attention): rotary_dim is head_dim, the first
+    int(partial_rotary_factor * head_dim // 2) pairs carry the default table / factor, the rest 0,
+    partial_rotary_factor and factor read from the rope's own dict (defaults 1)."""
+    lfm3 = fixture_config("lfm3")
+    full = ropepool.hf_rope_kwargs(lfm3, layer_type="full_attention")
+    assert full["is_neox"] and full["rotary_dim"] == 128 and full["attention_scaling"] == 1.0
+    assert np.count_nonzero(full["inv_freq"]) == 32 and not full["inv_freq"][32:].any()
+
+    def proportional(**rope):
+        return ropepool.hf_rope_kwargs(dict(lfm3, rope_parameters=dict(
+            lfm3["rope_parameters"], full_attention=dict(rope_type="proportional", rope_theta=1e6, **rope))),
+            layer_type="full_attention")
+
+    whole = proportional()  # both absent: every pair, the default table over the head
+    assert whole["rotary_dim"] == 128 and np.array_equal(
+        whole["inv_freq"], ropepool.hf_rope_parameters(dict(LLAMA, head_dim=128, rope_theta=1e6))[0])
+    assert np.array_equal(proportional(partial_rotary_factor=0.5, factor=4.0)["inv_freq"], full["inv_freq"] / 4)
+    assert np.count_nonzero(proportional(partial_rotary_factor=0.3)["inv_freq"]) == 19  # int(38.4 // 2)
+    assert not proportional(partial_rotary_factor=0.0)["inv_freq"].any()
+    # a top-level partial_rotary_factor reaches the rope's dict (transformers' standardisation)
+    top = ropepool.hf_rope_kwargs(dict(LLAMA, head_dim=128, partial_rotary_factor=0.25,
+                                       rope_parameters=dict(rope_type="proportional", rope_theta=1e4)))
+    assert top["rotary_dim"] == 128 and np.count_nonzero(top["inv_freq"]) == 16
+
+
+@pytest.mark.parametrize("rope, message", [
+    (dict(partial_rotary_factor=1.5), r"partial_rotary_factor must be in \[0, 1\] for rope type 'proportional', got 1.5"),
+    (dict(partial_rotary_factor=None), r"config rope_parameters\['partial_rotary_factor'\] must be a number, got None"),
+    (dict(factor=0.0), "factor must be finite and > 0 for rope type 'proportional', got 0"),
+    (dict(factor="x"), r"config rope_parameters\['factor'\] must be a number, got 'x'"),
+])
+def test_a_bad_proportional_field_is_named(ropepool, rope, message):
+    config = dict(LLAMA, rope_parameters=dict(rope_type="proportional", rope_theta=1e4, **rope))
+    with pytest.raises(ropepool.RopePoolError, match=message):
+        ropepool.hf_rope_parameters(config)
+
+
+def test_gemma4_full_attention_reads_its_layers_head_dim(ropepool, monkeypatch):
+    """Gemma 4's full-attention layers have their own head_dim (global_head_dim: 512 against 256),
+    which transformers keeps in per_layer_config: with layer_type, that layer's config is read.
+    Written as config.json, without transformers' class to read it, it is refused, never read as
+    the sliding layers' 256."""
+    transformers = pytest.importorskip("transformers")
+    gemma4 = fixture_config("gemma4-like")
+    config = transformers.AutoConfig.for_model(**json.loads(json.dumps(gemma4)))
+    full = ropepool.hf_rope_kwargs(config, layer_type="full_attention")
+    local = ropepool.hf_rope_kwargs(config, layer_type="sliding_attention")
+    assert full["is_neox"] and local["is_neox"] and full["rotary_dim"] == 512 and local["rotary_dim"] == 256
+    want = next(c for c in CASES if c["name"] == "gemma4-like" and c["layer_type"] == "full_attention")
+    assert ulps(full["inv_freq"], want["inv_freq"]).max() <= 1 and not full["inv_freq"][64:].any()
+    with pytest.raises(ropepool.RopePoolError, match="full_attention, sliding_attention.*got None"):
+        ropepool.hf_rope_kwargs(config)
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    for cfg in (gemma4, {k: v for k, v in gemma4.items() if k != "global_head_dim"}):  # its class's default 512
+        with pytest.raises(ropepool.RopePoolError, match="gemma4_text config sizes its attention per layer type"):
+            ropepool.hf_rope_kwargs(cfg, layer_type="sliding_attention")
+    with pytest.raises(ropepool.RopePoolError, match="full_attention, sliding_attention.*got None"):
+        ropepool.hf_rope_kwargs({k: v for k, v in gemma4.items() if k != "rope_parameters"})  # its class's ropes
+
+
+def test_lfm3_without_rope_parameters_gets_its_class_ropes(ropepool, monkeypatch):
+    bare = {k: v for k, v in fixture_config("lfm3").items() if k != "rope_parameters"}
+    want = [ropepool.hf_rope_kwargs(fixture_config("lfm3"), layer_type=lt) for lt in ("full_attention",
+                                                                                         "sliding_attention")]
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    for lt, kw in zip(("full_attention", "sliding_attention"), want):
+        assert np.array_equal(ropepool.hf_rope_kwargs(bare, layer_type=lt)["inv_freq"], kw["inv_freq"])
 
 
 def test_mrope_keywords_follow_transformers_qwen_vl_code(ropepool):
@@ -552,6 +641,7 @@ def test_unknown_model_type_says_to_pass_is_neox(ropepool, config):
 
 ROTATIONS = np.load(FIXTURES / "hf_rope_rotations.npz")
 ROTATION_CONFIGS = {r["name"]: r["config"] for r in RECORD["rotations"]}
+ROTATION_LAYERS = {r["name"]: r.get("layer_type") for r in RECORD["rotations"]}
 
 
 def pair_partner(R, D, is_neox):
@@ -568,7 +658,8 @@ def pair_partner(R, D, is_neox):
 @pytest.mark.parametrize("name", sorted(ROTATION_CONFIGS))
 def test_rotation_with_kwargs_matches_transformers(ropepool, name):
     config = ROTATION_CONFIGS[name]
-    kw = ropepool.hf_rope_kwargs(config, seq_len=int(ROTATIONS[f"{name}/positions"].max()) + 1)
+    kw = ropepool.hf_rope_kwargs(config, seq_len=int(ROTATIONS[f"{name}/positions"].max()) + 1,
+                                 layer_type=ROTATION_LAYERS[name])
     positions = ROTATIONS[f"{name}/positions"]
     q, k = ROTATIONS[f"{name}/q"], ROTATIONS[f"{name}/k"]
     T, Hq, D = q.shape

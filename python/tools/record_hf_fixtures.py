@@ -79,6 +79,22 @@ _HUNYUAN_ALPHA = dict(model_type="hunyuan_v1_dense", hidden_size=4096, num_atten
                       head_dim=128, max_position_embeddings=32768, rope_theta=10000.0,
                       rope_scaling=dict(alpha=1000.0, beta_fast=32, beta_slow=1, factor=1.0, mscale=1.0,
                                         mscale_all_dim=1.0, type="dynamic"))
+# Proportional rope (transformers' "proportional"): a Gemma-4-like text config (its config class's
+# shape, layers trimmed), whose full-attention layers have head_dim global_head_dim (512) and rotate
+# the first 0.25 of its pairs (64 of 256), then with a factor 8 on them; and LFM3's class defaults
+# (head_dim 128, half its pairs rotated on full attention).
+_GEMMA4 = dict(model_type="gemma4_text", hidden_size=2304, num_attention_heads=8, num_key_value_heads=4, head_dim=256,
+               global_head_dim=512, num_hidden_layers=6, max_position_embeddings=131072,
+               rope_parameters=dict(sliding_attention=dict(rope_type="default", rope_theta=10000.0),
+                                    full_attention=dict(rope_type="proportional", partial_rotary_factor=0.25,
+                                                        rope_theta=1000000.0)))
+_GEMMA4_FACTOR8 = dict(_GEMMA4, rope_parameters=dict(
+    _GEMMA4["rope_parameters"], full_attention=dict(_GEMMA4["rope_parameters"]["full_attention"], factor=8.0)))
+_LFM3 = dict(model_type="lfm3", hidden_size=2048, num_attention_heads=16, num_key_value_heads=4, head_dim=128,
+             max_position_embeddings=128000,
+             rope_parameters=dict(sliding_attention=dict(rope_type="default", rope_theta=10000.0),
+                                  full_attention=dict(rope_type="proportional", rope_theta=1000000.0,
+                                                      partial_rotary_factor=0.5)))
 
 # (name, config.json, seq_lens, layer_types)
 TABLES = [
@@ -96,6 +112,9 @@ TABLES = [
     ("qwen3-vl-8b", _QWEN3_VL, [None], [None]),
     ("gemma3-4b", _GEMMA3, [None], ["full_attention", "sliding_attention"]),
     ("hunyuan-7b-alpha", _HUNYUAN_ALPHA, [None, 40000], [None]),
+    ("gemma4-like", _GEMMA4, [None], ["full_attention", "sliding_attention"]),
+    ("gemma4-like-factor8", _GEMMA4_FACTOR8, [None], ["full_attention"]),
+    ("lfm3", _LFM3, [None], ["full_attention", "sliding_attention"]),
 ]
 
 
@@ -140,13 +159,14 @@ def table(cfg, seq_len, layer_type):
     return inv_freq.numpy().copy(), float(scaling)
 
 
-def rotate(name, cfg, positions, gen):
+def rotate(name, cfg, positions, gen, layer_type=None):
     """Run the model's own rotation on seeded random q [T, Hq, D], k [T, Hk, D]."""
     config = text_config(transformers_config(cfg))
     mt = config.model_type
     mod = modeling(config)
-    head_dim = getattr(config, "qk_rope_head_dim", None) or getattr(config, "head_dim", None) or (
-        config.hidden_size // config.num_attention_heads)
+    sized = config.per_layer_config[layer_type] if layer_type is not None else config  # Gemma 4's head_dim
+    head_dim = getattr(sized, "qk_rope_head_dim", None) or getattr(sized, "head_dim", None) or (
+        sized.hidden_size // sized.num_attention_heads)
     T, Hq, Hk = positions.shape[-1], 2, 1
     q = torch.randn(T, Hq, head_dim, generator=gen)
     k = torch.randn(T, Hk, head_dim, generator=gen)
@@ -166,7 +186,7 @@ def rotate(name, cfg, positions, gen):
         else:
             module = rotary_module(config)
             pid = pos[None] if pos.ndim == 1 else pos[:, None, :]  # [1, T] or mRoPE's [3, 1, T]
-            cos, sin = module(q, pid)
+            cos, sin = module(q, pid) if layer_type is None else module(q, pid, layer_type)
             qb, kb = q.transpose(0, 1)[None], k.transpose(0, 1)[None]  # [1, H, T, D]
             if mt == "deepseek_v3" and config.rope_interleave:
                 qr, kr = mod.apply_rotary_pos_emb_interleave(qb, kb, cos, sin)
@@ -200,7 +220,7 @@ FAMILIES = [_family(mt) for mt in (
     _family("deepseek_v3", qk_rope_head_dim=64, num_hidden_layers=1),
 ]
 
-# (name, config, positions): one per style and feature. Positions stay small where the style has
+# (name, config, positions[, layer_type]): one per style and feature. Positions stay small where the style has
 # nothing to do with them: transformers forms the angle in float32, so its error grows with it.
 ROTATIONS = [
     ("llama3.1-8b", _LLAMA31, np.array([0, 1, 17, 300])),
@@ -212,6 +232,7 @@ ROTATIONS = [
     ("deepseek-v3", _DEEPSEEK_V3, np.array([0, 7, 99, 2048])),
     ("qwen2-vl-7b", _QWEN2_VL, np.array([[0, 4, 4, 9], [0, 4, 5, 10], [0, 5, 6, 11]])),
     ("qwen3-vl-8b", _QWEN3_VL, np.array([[0, 4, 4, 9], [0, 4, 5, 10], [0, 5, 6, 11]])),
+    ("lfm3-full", _LFM3, np.array([0, 3, 50, 900]), "full_attention"),  # proportional: half the pairs unrotated
 ]
 
 
@@ -235,12 +256,13 @@ def main():
                              attention_scaling=scaling))
     record = dict(transformers=transformers.__version__, torch=torch.__version__,
                   cpu=f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()}", cases=cases,
-                  families=families, rotations=[dict(name=name, config=cfg) for name, cfg, _ in ROTATIONS])
+                  families=families, rotations=[dict(name=r[0], config=r[1], **({"layer_type": r[3]} if len(r) > 3 else {}))
+                                                for r in ROTATIONS])
     (out / "hf_rope.json").write_text(json.dumps(record, indent=1) + "\n")
     gen = torch.Generator().manual_seed(20261203)
     arrays = {}
-    for name, cfg, positions in ROTATIONS:
-        arrays.update(rotate(name, cfg, positions, gen))
+    for name, cfg, positions, *layer_type in ROTATIONS:
+        arrays.update(rotate(name, cfg, positions, gen, *layer_type))
     np.savez_compressed(out / "hf_rope_rotations.npz", **arrays)
     print(f"{len(cases)} tables, {len(families)} families, {len(ROTATIONS)} rotations -> {out}")
 

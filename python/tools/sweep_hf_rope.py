@@ -10,7 +10,8 @@ defaults, takes its text config, instantiates each rotary class that accepts it,
 with ``ropepool.hf_rope_parameters`` and ``ropepool.hf_rope_kwargs`` (given the whole config, as a
 user would, and its text config):
 
-* the inv_freq buffer (1 float32 ulp, 2 for dynamic NTK), attention_scaling, rotary dim;
+* the inv_freq buffer (1 float32 ulp, 2 for dynamic NTK; proportional's zeros included), attention_scaling,
+  rotary dim (a per-layer head_dim read from the layer type's config, Gemma 4's);
 * the cos/sin the module returns: from inv_freq and attention_scaling, in NeoX (cat) or GPT-J
   (repeat_interleave) layout, or something else;
 * the pair style, by running the module's own ``apply_rotary_pos_emb`` on random q, k and
@@ -181,7 +182,9 @@ def apply_style(mod, cos, sin, inv_freq, scaling, head_dim, pos_len, text=None):
                     sig = inspect.signature(fn)
                     if "mrope_section" in sig.parameters:
                         return "mrope apply (" + ", ".join(sig.parameters) + ")"
-                    if len(sig.parameters) == 3:  # (q, k, freqs_cis), [B, T, H, D] or [B, H, T, D]
+                    if next(iter(sig.parameters)) == "x":  # Gemma 4's (x, cos, sin, unsqueeze_dim): one tensor
+                        outs = (fn(qq, c, s, **kwargs), fn(kk, c, s, **kwargs))
+                    elif len(sig.parameters) == 3:  # (q, k, freqs_cis), [B, T, H, D] or [B, H, T, D]
                         if kwargs:
                             outs = fn(qq, kk, torch.complex(c, s))
                         else:
@@ -291,8 +294,8 @@ def compare(label, mod, module, config, layer_type=None, seq_len=None, head_dim=
             problems.append(f"inv_freq {worst} ulps (first bad j={int(np.argmax(ulps(inv_r, inv_t.numpy()) > 1))})")
     if not math.isclose(scaling_r, scaling_t, rel_tol=1e-6):
         problems.append(f"scaling {scaling_r!r} vs {scaling_t!r}")
-    if nonzero != inv_t.numel():
-        problems.append(f"{inv_t.numel() - nonzero} zero frequencies in transformers' table")
+    if nonzero != inv_t.numel():  # proportional's unrotated pairs: ropepool's table must hold them too
+        facts += f" zeros={inv_t.numel() - nonzero}"
     if not style_r.startswith("refused"):
         base = style_r.split()[0]
         if layout not in ("neox", "gptj", "half"):
@@ -319,7 +322,12 @@ def instantiate(cls, text):
         return None, f"{type(e).__name__}: {str(e)[:80]}"
 
 
-def head_dim_of(text):
+def head_dim_of(text, layer_type=None):
+    if layer_type is not None and getattr(text, "is_heterogeneous", False):  # Gemma 4: head_dim per layer type
+        try:
+            text = text.per_layer_config[layer_type]
+        except ValueError:  # the layers of this type differ among themselves
+            return None
     for name in ("qk_rope_head_dim", "head_dim"):
         try:
             v = getattr(text, name, None)
@@ -367,7 +375,7 @@ def sweep_one(mt, mod, classes):
                 continue
             served = True
             for layer_type in layer_types_of(text, module):
-                compare(f"{mt}[{name}]", mod, module, config, layer_type, head_dim=head_dim_of(text))
+                compare(f"{mt}[{name}]", mod, module, config, layer_type, head_dim=head_dim_of(text, layer_type))
         if not served:
             report("SKIP", mt, f"no rotary class takes its text config ({', '.join(n for n, _ in classes)})")
 
