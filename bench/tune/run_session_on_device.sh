@@ -43,7 +43,7 @@ if has shapes; then
   echo "== plain 32/8/128 (hot)"; $R --shape 32/8/128 $H
 fi
 if has mla; then
-  for p in deepseek-v3-mla deepseek-v3-mla-tp8; do
+  for p in ${MLA_PRESETS:-deepseek-v3-mla deepseek-v3-mla-tp8}; do
     for pools in "" "--kv-layout NHD --block-size 64" "--kv-dtype fp8_e4m3"; do
       echo "== preset $p ${pools:-flat} (cold)"; $R --preset $p $pools -T 1,16,64,256,1024,4096,16384,65536 --no-unfused
     done
