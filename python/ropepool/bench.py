@@ -372,8 +372,9 @@ def _us(ns):
     return f"{us:.3g}" if us < 100 else f"{us:.0f}"
 
 
-def _positive(kind, what):
-    """An argparse type: a positive `kind` (int or float), or a usage error naming `what`."""
+def _positive(kind, what, most=float("inf")):
+    """An argparse type: a positive `kind` (int or float), at most `most` where given, or a usage
+    error naming `what`."""
     def parse(text):
         try:
             value = kind(text)
@@ -381,6 +382,8 @@ def _positive(kind, what):
             value = None
         if value is None or not 0 < value < float("inf"):  # NaN fails the comparison too
             raise argparse.ArgumentTypeError(f"{what} must be a positive {kind.__name__}, got {text!r}")
+        if value > most:  # a batch sized from it would run for ever
+            raise argparse.ArgumentTypeError(f"{what} must be at most {most:g}, got {text!r}")
         return value
     return parse
 
@@ -404,8 +407,8 @@ def main(argv=None):
                         "(default cpu 1,16,256,1024,4096; cuda 1,64,1024,4096)")
     parser.add_argument("--pool", type=_positive(int, "the slot count"), default=65536, help="KV-pool slots (default 65536)")
     parser.add_argument("--rounds", type=_positive(int, "the round count"), default=5)
-    parser.add_argument("--seconds", type=_positive(float, "the time"), default=0.04,
-                        help="time per batch (default 0.04)")
+    parser.add_argument("--seconds", type=_positive(float, "the time", most=600), default=0.04,
+                        help="time per batch, at most 600 (default 0.04)")
     parser.add_argument("--stat", choices=["median", "min"], default="median",
                         help="per figure, the median (default) or the least of the rounds' means")
     parser.add_argument("--clock", choices=["wall", "thread"], default="wall",
@@ -431,9 +434,13 @@ def main(argv=None):
         import torch
     except ImportError:
         torch = None
-    if args.backend == "cuda" and (torch is None or not torch.cuda.is_available() or not ropepool.has_cuda()):
-        print("ropepool.bench: --backend cuda needs torch with CUDA, a GPU and ropepool's CUDA backend")
-        return 1
+    if args.backend == "cuda":  # refused as ropepool-bench refuses it: exit 2, naming what is missing
+        missing = ("torch is not installed" if torch is None
+                   else "this torch has no usable GPU (torch.cuda.is_available() is False)"
+                   if not torch.cuda.is_available()
+                   else "ropepool was built without its CUDA backend" if not ropepool.has_cuda() else None)
+        if missing:
+            parser.error(f"--backend cuda needs torch with CUDA, a GPU and ropepool's CUDA backend: {missing}")
     if args.clock == "thread":
         global CLOCK
         CLOCK = time.thread_time_ns
@@ -456,7 +463,11 @@ def main(argv=None):
         COMPILED_PLAIN["torch.compile plain, cos/sin cache"] = plain_torch(torch, table=True)
     results = {}
     for T in tokens:
-        results[T] = measure(T, P, args.backend, torch, args.rounds, args.seconds, args.stat)
+        try:
+            results[T] = measure(T, P, args.backend, torch, args.rounds, args.seconds, args.stat)
+        except MemoryError as e:  # a T too large for this machine: one line, as ropepool-bench says it
+            print(f"ropepool.bench: out of memory for the arrays of T = {T}: {e}", file=sys.stderr)
+            return 1
     names = [n for n in results[tokens[0]] if n not in ("C", "gpu")]
     head = ["T", "C call" if args.backend == "cpu" else "C call (host)"]
     if args.backend == "cuda":

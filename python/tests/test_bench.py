@@ -14,13 +14,39 @@ CASES = [
     (["--fresh-outputs", "-T", "1,16"], "--fresh-outputs compares fresh outputs at T >= 1024"),
     (["--backend", "cuda", "--fresh-outputs", "-T", "1024"], "--fresh-outputs compares CPU calls"),
     (["--backend", "cuda", "--torch-compile"], "--torch-compile compares CPU calls"),
+    (["--seconds", "1e300"], "the time must be at most 600"),  # batches sized from it never ended
 ]
+
+
+def bench(*argv):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    return subprocess.run([sys.executable, "-m", "ropepool.bench", *argv], env=env, capture_output=True,
+                          text=True, timeout=120)
 
 
 @pytest.mark.parametrize("argv, message", CASES)
 def test_an_argument_it_cannot_honour_is_refused(ropepool, argv, message):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    done = subprocess.run([sys.executable, "-m", "ropepool.bench", *argv], env=env, capture_output=True,
-                          text=True, timeout=120)
+    done = bench(*argv)
     assert done.returncode == 2, done.stdout + done.stderr
     assert message in done.stderr and done.stdout == ""
+
+
+def test_cuda_without_a_gpu_is_refused_naming_what_is_missing(ropepool):
+    """As ropepool-bench refuses it: exit 2 and one line on stderr (it was exit 1 on stdout)."""
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None and torch.cuda.is_available() and ropepool.has_cuda():
+        pytest.skip("a GPU and the CUDA backend are here: --backend cuda runs")
+    done = bench("--backend", "cuda")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout == ""
+    assert "--backend cuda needs torch with CUDA, a GPU and ropepool's CUDA backend: " in done.stderr
+
+
+def test_a_token_count_too_large_to_allocate_is_one_line_not_a_traceback(ropepool):
+    done = bench("-T", "100000000", "--pool", "100000000", "--rounds", "1", "--seconds", "0.001")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.startswith("ropepool.bench: out of memory for the arrays of T = 100000000: ")
+    assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
