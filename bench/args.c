@@ -273,6 +273,8 @@ int bench_parse_args(int argc, char **argv, bench_options *o)
             strcpy(opt, "--tokens");
 
         /* Flags without a value. */
+        if (arg && (!strcmp(opt, "--help") || !strcmp(opt, "--list-presets") || !strcmp(opt, "--list-backends")))
+            return fail("%s takes no value", opt);
         if (!strcmp(opt, "-h") || !strcmp(opt, "--help")) {
             fputs(usage, stdout);
             return 1;
@@ -476,7 +478,7 @@ int bench_parse_args(int argc, char **argv, bench_options *o)
                     o->shape.mrope_section[1], o->shape.mrope_section[2], (long long)section, (long long)(2 * section));
     if ((o->has_table = bench_rope_table(&o->shape, o->inv_freq, &o->attention_scaling)) < 0)
         return -1;
-    if (o->index_dtype == RP_I32 && o->max_position > INT32_MAX)
+    if (o->index_dtype == RP_I32 && o->max_position - 1 > INT32_MAX) /* positions < max_position */
         return fail("--max-pos %lld does not fit --index i32", (long long)o->max_position);
     return 0;
 }
@@ -541,7 +543,7 @@ int bench_options_for(const bench_options *o, int backend, bench_options *out)
                 (long long)out->pool_size);
         return -1;
     }
-    if (out->index_dtype == RP_I32 && out->pool_size > INT32_MAX) {
+    if (out->index_dtype == RP_I32 && out->pool_size - 1 > INT32_MAX) { /* slots < pool_size */
         fprintf(stderr, "ropepool-bench: --pool %lld does not fit --index i32\n", (long long)out->pool_size);
         return -1;
     }

@@ -69,6 +69,8 @@ expect_error pool_of_part_blocks "--pool 64 is not a whole number of --block-siz
     --block-size 7 --pool 64
 expect_error seed_baseline_turned_off "--baseline seed is the second series" --baseline seed --no-unfused
 expect_error list_presets_with_options "--list-presets takes no other options" --list-presets -T abc
+expect_error help_with_a_value "--help takes no value" --help=1
+expect_error list_presets_with_a_value "--list-presets takes no value" --list-presets=all
 expect_error json_and_svg_one_file "--json and --svg name one file" --json "$tmp/one" --svg "$tmp/one"
 # A run refused after the report paths were probed leaves no empty report behind.
 expect_error refused_run_leaves_no_report "exceeds the pool's 10 slots" --backend cpu --pool 10 -T 100 \
@@ -124,9 +126,11 @@ done
 
 # The seed baseline beside fp8 pools: the seed's call is fused, so its k_pool holds the fp8 of the
 # float64 rotation and is verified as such (verified as the unfused scatter's fp8 of the rounded
-# k_rot, it "failed" at fp8 midpoints: 9 of 2816 values here).
+# k_rot, it "failed" at fp8 midpoints: 9 of 2816 values here). The same run: int32 positions below
+# --max-pos 2^31 all fit (that bound was refused as "does not fit --index i32").
 if "$bench" --backend cpu --preset tinyllama-1.1b -T 1 --pool 4096 --threads 1 --seconds 0.01 --dtype bf16 \
-        --kv-dtype fp8_e4m3 --baseline seed >"$tmp/out" 2>"$tmp/err" &&
+        --kv-dtype fp8_e4m3 --baseline seed --index i32 --max-pos 2147483648 >"$tmp/out" 2>"$tmp/err" &&
+        grep -q 'positions < 2147483648, int32 indices' "$tmp/out" &&
         grep -qE '^ +1 +1 .* ok [0-9.]+ / ok [0-9.]+$' "$tmp/out"; then
     echo "ok   seed_baseline_fp8_pools"
 else
