@@ -182,8 +182,9 @@ static inline rp_tensor rp_tensor_3d(void *data, rp_dtype dtype, int64_t n0, int
  * The workers block every signal, so process-directed signals reach the program's own threads.
  * In a child of fork() a context made before the fork runs CPU calls on the caller's thread
  * alone (the workers stayed in the parent) and rp_context_destroy frees it without waiting for
- * them, unless another thread was inside a call on it at the fork (its locks stay held in the
- * child). Create a new context there for worker threads (and for CUDA, which a child cannot use). */
+ * them, also when another thread was inside a call on it at the fork: the child takes none of
+ * its locks. Create a new context there for worker threads (and for CUDA, which a child cannot
+ * use). */
 typedef struct rp_context rp_context;
 
 /* rp_context_options.flags */

@@ -5,8 +5,10 @@
  * Waiting threads spin (politely) before sleeping on a condition variable.
  *
  * After fork() a child has none of its parent's threads: a context made before the fork then
- * runs its calls on the caller's thread alone, and its destruction frees memory without joining
- * workers or destroying the condition variables they sleep on (both would wait forever).
+ * runs its calls on the caller's thread alone without taking any of its locks (a parent thread
+ * inside a call at the fork left them held: freq.c computes the table instead of using the
+ * cache), and its destruction frees memory without joining workers or destroying the condition
+ * variables they sleep on (both would wait forever).
  */
 #include "context.h"
 
@@ -72,7 +74,7 @@ static void install_fork_handler(void)
     pthread_atfork(NULL, NULL, count_fork_in_child);
 }
 
-static int made_before_fork(const rp_context *ctx)
+int rp_context_made_before_fork(const rp_context *ctx)
 {
     return ctx->fork_generation != atomic_load_explicit(&fork_generation, memory_order_relaxed);
 }
@@ -128,8 +130,8 @@ static void publish_job(rp_context *ctx, int num_parts)
 
 void rp_context_parallel(rp_context *ctx, rp_parallel_fn fn, void *arg, int num_parts)
 {
-    if (ctx == NULL || num_parts <= 1 || num_parts > ctx->num_workers + 1 || made_before_fork(ctx) ||
-        pthread_mutex_trylock(&ctx->busy) != 0) {
+    if (ctx == NULL || num_parts <= 1 || num_parts > ctx->num_workers + 1 ||
+        rp_context_made_before_fork(ctx) || pthread_mutex_trylock(&ctx->busy) != 0) {
         for (int i = 0; i < num_parts; i++)
             fn(arg, i, num_parts);
         return;
@@ -253,9 +255,12 @@ void rp_context_destroy(rp_context *ctx)
 {
     if (ctx == NULL)
         return;
-    if (made_before_fork(ctx)) { /* the parent's workers, condition variables and CUDA state */
+    if (rp_context_made_before_fork(ctx)) { /* the parent's workers, condition variables and CUDA state */
         free(ctx->workers);
-        free(ctx->freq);
+        /* A parent thread inside a call at the fork may have held freq_lock in the middle of
+         * replacing the table (realloc'd, not yet stored): leave the table then. */
+        if (pthread_mutex_trylock(&ctx->freq_lock) == 0)
+            free(ctx->freq);
         free(ctx);
         return;
     }

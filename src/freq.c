@@ -30,7 +30,7 @@ void rp_problem_fill_freq(rp_problem *p, double *buf)
 void rp_context_inv_freq(rp_context *ctx, double rope_base, int64_t rotary_dim, double *inv_freq)
 {
     const size_t bytes = (size_t)(rotary_dim / 2) * sizeof(double);
-    if (ctx == NULL) {
+    if (ctx == NULL || rp_context_made_before_fork(ctx)) { /* a fork child: freq_lock may be held */
         rp_compute_inv_freq(rope_base, rotary_dim, inv_freq);
         return;
     }

@@ -234,7 +234,8 @@ static inline void rp_mrope_angles(const rp_problem *p, int64_t t, int64_t i0, i
 void rp_compute_inv_freq(double rope_base, int64_t rotary_dim, double *inv_freq);
 
 /* Fills inv_freq[0 .. rotary_dim/2) from ctx's cache, keyed by (rope_base, rotary_dim), computing
- * it on a miss. ctx may be NULL. */
+ * it on a miss. ctx may be NULL. In a child of fork() a context made before the fork computes it
+ * without the cache (its lock may be held by a parent thread). */
 void rp_context_inv_freq(rp_context *ctx, double rope_base, int64_t rotary_dim, double *inv_freq);
 
 /* For code that checks a validated problem outside the entry point (tests, the benchmark's
@@ -282,6 +283,9 @@ rp_status rp_cpu_check_forced_level(rp_err *err);
  * or its workers are busy with another call. */
 typedef void (*rp_parallel_fn)(void *arg, int part, int num_parts);
 void rp_context_parallel(rp_context *ctx, rp_parallel_fn fn, void *arg, int num_parts);
+/* 1 in a child of fork() for a context made before the fork: its workers stayed in the parent,
+ * and its locks may have been held there by a thread inside a call, so the child takes none. */
+int rp_context_made_before_fork(const rp_context *ctx);
 
 /* ---- CUDA backend hooks (src/cuda/; a CPU-only build links src/cuda_absent.c) ------------------ */
 

@@ -1,13 +1,15 @@
 /*
  * test_context.c — one context shared by several threads calling at once: every call's result
  * equals the single-threaded result, whether it got the workers or ran on its own thread. The
- * caller's floating-point modes, a context used in a child of fork(), the workers' signal mask.
+ * caller's floating-point modes, a context used in a child of fork() (also one forked while another
+ * thread was inside a call), the workers' signal mask.
  */
 #include "test_util.h"
 
 #include <fenv.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #ifdef __linux__
@@ -282,6 +284,71 @@ static void test_a_context_made_before_fork_serves_the_child(void)
     rp_context_destroy(ctx);
 }
 
+/* A fork while another thread is inside a call on the context: that thread held the context's
+ * locks (the frequency cache's, here recomputed on every call since rope_base changes) at the
+ * fork, and the child's call and destroy used to wait for them forever. */
+typedef struct busy_caller {
+    rp_context *ctx;
+    fixture f;
+    atomic_int stop;
+} busy_caller;
+
+static void *call_until_stopped(void *p)
+{
+    busy_caller *b = p;
+    char msg[256];
+    for (double base = 10000; !atomic_load(&b->stop); base += 1) {
+        b->f.args.rope_base = base; /* a new frequency table under the cache's lock every call */
+        (void)rp_rope_pool_fused(b->ctx, &b->f.args, msg, sizeof msg);
+    }
+    return NULL;
+}
+
+static void test_fork_while_another_thread_is_in_a_call(void)
+{
+    busy_caller b;
+    b.ctx = context_of(2);
+    atomic_init(&b.stop, 0);
+    test_rng rb = {5};
+    fixture_init(&b.f, &rb, 2, 1, 1, 1024, 4, RP_F32, RP_I32, 1 << 17, 0); /* 512 frequencies */
+    char msg[256];
+    test_rng r = {78};
+    fixture f;
+    fixture_init(&f, &r, 300, 8, 2, 128, 320, RP_F32, RP_I32, 1 << 17, 1);
+    const size_t nq = (size_t)(300 * 8 * 128) * sizeof(float);
+    CHECK(rp_rope_pool_fused(NULL, &f.args, msg, sizeof msg) == RP_OK, "%s", msg);
+    void *want_q = test_alloc(nq);
+    memcpy(want_q, f.q_rot, nq);
+    pthread_t th;
+    pthread_create(&th, NULL, call_until_stopped, &b);
+    const int forks = test_quick() ? 10 : 40; /* the lock was caught held within 3 forks */
+    int failed = 0;
+    for (int i = 0; i < forks && !failed; i++) {
+        fflush(NULL);
+        const pid_t child = fork();
+        CHECK(child >= 0, "fork failed");
+        if (child == 0) {
+            alarm(20); /* a hang ends the child with SIGALRM, which the parent reports */
+            memset(f.q_rot, 0, nq);
+            const int ok = rp_rope_pool_fused(b.ctx, &f.args, msg, sizeof msg) == RP_OK &&
+                           memcmp(f.q_rot, want_q, nq) == 0;
+            rp_context_destroy(b.ctx);
+            _exit(ok ? 0 : 1);
+        }
+        int status = 0;
+        CHECK(waitpid(child, &status, 0) == child, "waitpid failed");
+        failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+        CHECK(!failed, "fork %d: the child's call or destroy %s (status 0x%x)", i,
+              WIFSIGNALED(status) ? "hung or crashed" : "failed", (unsigned)status);
+    }
+    atomic_store(&b.stop, 1);
+    pthread_join(th, NULL);
+    free(want_q);
+    fixture_free(&f);
+    fixture_free(&b.f);
+    rp_context_destroy(b.ctx);
+}
+
 /* Workers block every signal: a process-directed signal is handled by one of the program's own
  * threads. Linux: each thread's blocked set is in /proc/self/task/TID/status. */
 static void test_workers_block_signals(void)
@@ -329,6 +396,7 @@ int main(void)
     RUN(test_callers_flush_to_zero_mode_is_not_used);
     RUN(test_callers_rounding_mode_is_not_used);
     RUN(test_a_context_made_before_fork_serves_the_child);
+    RUN(test_fork_while_another_thread_is_in_a_call);
     RUN(test_workers_block_signals);
     return test_summary("test_context");
 }

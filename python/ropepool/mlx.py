@@ -36,6 +36,7 @@ or hold one element twice, as a stride-0 broadcast does), and then nothing is wr
 
 import math
 import operator
+import threading
 
 import numpy as np
 
@@ -71,6 +72,9 @@ if _ext.mlx_version != mx.__version__.split(".dev")[0]:
 # The NumPy/torch call's spellings (python/src/keywords.c) and rp_dtype values.
 _KV_CACHE_DTYPES = {"auto": 0, "fp8_e4m3": 14, "fp8": 14, "fp8_e5m2": 15}
 _context_ready = False
+# First calls from several threads must create one context: each set_threads makes one (with its
+# worker threads), and all but the last stored would be leaked.
+_context_lock = threading.Lock()
 
 
 def _is_bool(value):
@@ -299,8 +303,10 @@ def rope_pool_fused(
     if k_pool is v_pool:  # the same buffer twice: known now (other overlaps when evaluated)
         raise RopePoolError("v_pool overlaps k_pool: outputs must not share memory")
     if not _context_ready:
-        _ext.set_threads(num_threads())
-        _context_ready = True
+        with _context_lock:
+            if not _context_ready:
+                _ext.set_threads(num_threads())
+                _context_ready = True
     head_dim = _config_integer("head_dim", head_dim)
     num_qo_heads = _config_integer("num_qo_heads", num_qo_heads)
     num_kv_heads = _config_integer("num_kv_heads", num_kv_heads)

@@ -438,3 +438,43 @@ def test_the_call_traces_under_mx_compile(mlx_fw):
     before = p.snapshot()
     step = mx.compile(lambda *arrays: ropepool.mlx.rope_pool_fused(*arrays, **p.kwargs()))
     check(p, before, step(*p.arrays()))
+
+
+FIRST_CALLS_FROM_THREADS = r"""
+import sys, threading, time
+import mlx.core as mx
+import ropepool.mlx as rm
+made = []
+create = rm._ext.set_threads
+def counting(n):
+    made.append(n)
+    time.sleep(0.01)  # hands the GIL to the other first calls, as a thread switch there would
+    create(n)
+rm._ext.set_threads = counting
+sys.setswitchinterval(1e-6)
+start = threading.Barrier(8)
+def first_call():
+    start.wait()
+    z = mx.zeros((4, 1, 8))
+    mx.eval(*rm.rope_pool_fused(z, z, z, mx.arange(4), mx.arange(4), mx.zeros((8, 1, 8)), mx.zeros((8, 1, 8)),
+                                head_dim=8, num_qo_heads=1, num_kv_heads=1, rope_base=1e4))
+threads = [threading.Thread(target=first_call) for _ in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(len(made))
+"""
+
+
+def test_first_calls_from_several_threads_create_one_context():
+    """The first call creates the CPU context the evaluations use; first calls racing from several
+    threads each created one, and all but the last were leaked with their worker threads."""
+    import subprocess
+    import sys
+
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", FIRST_CALLS_FROM_THREADS], capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "1", f"{done.stdout.strip()} contexts were created"
