@@ -246,6 +246,26 @@ static void test_callers_rounding_mode_is_not_used(void)
     rp_context_destroy(ctx);
 }
 
+/* Forks; the child calls on ctx (a hang ends it with SIGALRM), compares q_rot with want_q, destroys
+ * ctx and exits 0 when all went well. Returns the child's wait status. */
+static int forked_call_status(rp_context *ctx, fixture *f, const void *want_q, size_t nq)
+{
+    char msg[256];
+    fflush(NULL);
+    const pid_t child = fork();
+    CHECK(child >= 0, "fork failed");
+    if (child == 0) {
+        alarm(20);
+        memset(f->q_rot, 0, nq);
+        const int ok = rp_rope_pool_fused(ctx, &f->args, msg, sizeof msg) == RP_OK && memcmp(f->q_rot, want_q, nq) == 0;
+        rp_context_destroy(ctx);
+        _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    CHECK(waitpid(child, &status, 0) == child, "waitpid failed");
+    return status;
+}
+
 /* The child of a fork() has none of the context's workers: a call big enough to use them runs on
  * the child's thread alone (it used to wait for them forever), gives the serial result, and the
  * context can be destroyed there; the parent's context keeps its workers. */
@@ -261,18 +281,7 @@ static void test_a_context_made_before_fork_serves_the_child(void)
     void *want_q = test_alloc(nq);
     memcpy(want_q, f.q_rot, nq);
     CHECK(rp_rope_pool_fused(ctx, &f.args, msg, sizeof msg) == RP_OK, "%s", msg); /* the workers ran */
-    fflush(NULL);
-    const pid_t child = fork();
-    CHECK(child >= 0, "fork failed");
-    if (child == 0) {
-        alarm(20); /* a hang ends the child with SIGALRM, which the parent reports */
-        memset(f.q_rot, 0, nq);
-        const int ok = rp_rope_pool_fused(ctx, &f.args, msg, sizeof msg) == RP_OK && memcmp(f.q_rot, want_q, nq) == 0;
-        rp_context_destroy(ctx);
-        _exit(ok ? 0 : 1);
-    }
-    int status = 0;
-    CHECK(waitpid(child, &status, 0) == child, "waitpid failed");
+    const int status = forked_call_status(ctx, &f, want_q, nq);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
           "the child's call or destroy %s (status 0x%x)", WIFSIGNALED(status) ? "hung or crashed" : "failed",
           (unsigned)status);
@@ -324,19 +333,7 @@ static void test_fork_while_another_thread_is_in_a_call(void)
     const int forks = test_quick() ? 10 : 40; /* the lock was caught held within 3 forks */
     int failed = 0;
     for (int i = 0; i < forks && !failed; i++) {
-        fflush(NULL);
-        const pid_t child = fork();
-        CHECK(child >= 0, "fork failed");
-        if (child == 0) {
-            alarm(20); /* a hang ends the child with SIGALRM, which the parent reports */
-            memset(f.q_rot, 0, nq);
-            const int ok = rp_rope_pool_fused(b.ctx, &f.args, msg, sizeof msg) == RP_OK &&
-                           memcmp(f.q_rot, want_q, nq) == 0;
-            rp_context_destroy(b.ctx);
-            _exit(ok ? 0 : 1);
-        }
-        int status = 0;
-        CHECK(waitpid(child, &status, 0) == child, "waitpid failed");
+        const int status = forked_call_status(b.ctx, &f, want_q, nq);
         failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
         CHECK(!failed, "fork %d: the child's call or destroy %s (status 0x%x)", i,
               WIFSIGNALED(status) ? "hung or crashed" : "failed", (unsigned)status);
