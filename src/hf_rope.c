@@ -18,6 +18,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -185,6 +186,15 @@ static const char *const hf_type_names[] = {"default", "linear", "dynamic", "yar
 
 static int positive_finite(double x) { return isfinite(x) && x > 0.0; }
 
+/* A parameter that rounds to infinity in float32, in which transformers builds the table: printed to
+ * the digits that tell it from FLT_MAX, below which it would not overflow. */
+static rp_status refuse_float32_overflow(rp_err *err, const char *name, double value)
+{
+    char v[RP_NUMBER_TEXT], most[RP_NUMBER_TEXT];
+    rp_format_past(v, most, value, FLT_MAX, 6);
+    return rp_fail(err, RP_ERR_INVALID_ARGUMENT, "%s %s overflows float32, in which the table is built", name, v);
+}
+
 /* Every check, before anything is computed. */
 static rp_status check_params(const rp_hf_rope_params *p, rp_err *err)
 {
@@ -207,17 +217,10 @@ static rp_status check_params(const rp_hf_rope_params *p, rp_err *err)
                        p->rope_type == RP_HF_ROPE_YARN ? "1 for yarn" : "0", p->rope_theta);
     /* transformers rounds both to float32 (a Python float meeting a float32 tensor): beyond
      * FLT_MAX the table would be built from infinity, all zeros but for 1. */
-    /* printed to the digits that tell them from FLT_MAX, below which they would not overflow */
-    char v[RP_NUMBER_TEXT], most[RP_NUMBER_TEXT];
-    if (!isfinite(f32(p->rope_theta))) {
-        rp_format_past(v, most, p->rope_theta, FLT_MAX, 6);
-        return rp_fail(err, RP_ERR_INVALID_ARGUMENT, "rope_theta %s overflows float32, in which the table is built",
-                       v);
-    }
-    if (isfinite(p->factor) && !isfinite(f32(p->factor))) {
-        rp_format_past(v, most, p->factor, FLT_MAX, 6);
-        return rp_fail(err, RP_ERR_INVALID_ARGUMENT, "factor %s overflows float32, in which the table is built", v);
-    }
+    if (!isfinite(f32(p->rope_theta)))
+        return refuse_float32_overflow(err, "rope_theta", p->rope_theta);
+    if (isfinite(p->factor) && !isfinite(f32(p->factor)))
+        return refuse_float32_overflow(err, "factor", p->factor);
     if (p->seq_len < 0)
         return rp_fail(err, RP_ERR_INVALID_ARGUMENT, "seq_len must be >= 0, got %lld",
                        (long long)p->seq_len);
@@ -264,9 +267,9 @@ static rp_status check_params(const rp_hf_rope_params *p, rp_err *err)
                     return rp_fail(err, RP_ERR_INVALID_ARGUMENT, "%s[%lld] must be finite and > 0, got %g",
                                    name, (long long)j, f[j]);
                 if (!isfinite(f32(f[j]))) { /* the table divides by it in float32: by infinity, 0 */
-                    rp_format_past(v, most, f[j], FLT_MAX, 6);
-                    return rp_fail(err, RP_ERR_INVALID_ARGUMENT,
-                                   "%s[%lld] %s overflows float32, in which the table is built", name, (long long)j, v);
+                    char entry[32];
+                    snprintf(entry, sizeof entry, "%s[%lld]", name, (long long)j);
+                    return refuse_float32_overflow(err, entry, f[j]);
                 }
             }
         }

@@ -117,6 +117,16 @@ static const char *dtype_text(char *buf, size_t size, int32_t dtype)
     return buf;
 }
 
+/* A scale outside [RP_SCALE_MIN, RP_SCALE_MAX], given as a number or (via_ptr) through name_ptr. */
+static rp_status refuse_scale_range(rp_err *err, const char *name, int via_ptr, double scale)
+{
+    char v[RP_NUMBER_TEXT], lo[RP_NUMBER_TEXT], hi[RP_NUMBER_TEXT];
+    rp_format_outside(v, lo, hi, scale, RP_SCALE_MIN, RP_SCALE_MAX, 9);
+    return rp_fail(err, RP_ERR_INVALID_ARGUMENT, "%s%s %s%s outside [%s, %s]: the kernels multiply by 1 / %s in "
+                   "float32, which must be a normal float32", name, via_ptr ? "_ptr points to" : "", v,
+                   via_ptr ? "," : " is", lo, hi, name);
+}
+
 /* A scale argument: 0 (= 1), or positive and finite; other than 1 only with fp8 pools. */
 static rp_status check_scale(const rp_rope_pool_args *a, const char *name, double scale,
                              const float *ptr, rp_err *err)
@@ -125,12 +135,8 @@ static rp_status check_scale(const rp_rope_pool_args *a, const char *name, doubl
     const rp_dtype fmt = pool_format(a);
     if (scale != 0.0 && !(isfinite(scale) && scale > 0.0))
         return rp_fail(err, bad, "%s must be a positive finite number (0 = 1.0), got %g", name, scale);
-    if (scale != 0.0 && !scale_usable(scale)) {
-        char v[RP_NUMBER_TEXT], lo[RP_NUMBER_TEXT], hi[RP_NUMBER_TEXT];
-        rp_format_outside(v, lo, hi, scale, RP_SCALE_MIN, RP_SCALE_MAX, 9);
-        return rp_fail(err, bad, "%s %s is outside [%s, %s]: the kernels multiply by 1 / %s in float32, which must "
-                       "be a normal float32", name, v, lo, hi, name);
-    }
+    if (scale != 0.0 && !scale_usable(scale))
+        return refuse_scale_range(err, name, 0, scale);
     if (!is_fp8(fmt) && scale != 0.0 && scale != 1.0)
         return rp_fail(err, bad, "%s %g needs fp8 pools: k_pool and v_pool are %s, which take no scale",
                        name, scale, rp_dtype_name(fmt));
@@ -730,12 +736,8 @@ static rp_status read_host_scale(const char *name, const float *ptr, double *sca
     if (!(isfinite(value) && value > 0.0f))
         return rp_fail(err, RP_ERR_INVALID_ARGUMENT,
                        "%s_ptr points to %g: the scale must be a positive finite number", name, (double)value);
-    if (!scale_usable(value)) {
-        char v[RP_NUMBER_TEXT], lo[RP_NUMBER_TEXT], hi[RP_NUMBER_TEXT];
-        rp_format_outside(v, lo, hi, value, RP_SCALE_MIN, RP_SCALE_MAX, 9);
-        return rp_fail(err, RP_ERR_INVALID_ARGUMENT, "%s_ptr points to %s, outside [%s, %s]: the kernels multiply "
-                       "by 1 / %s in float32, which must be a normal float32", name, v, lo, hi, name);
-    }
+    if (!scale_usable(value))
+        return refuse_scale_range(err, name, 1, value);
     *scale = value;
     return RP_OK;
 }
