@@ -254,6 +254,11 @@ def _refuse_mixed_bools(flags, numbers):
     for name, value in numbers.items():
         if _is_bool(value):
             raise TypeError(f"{name} must be a number, got {_type_name(value)}")
+        # The direct call reads a 0-d tensor's value; a traced call has none to read, and the schema's
+        # Scalar refuses a tensor in torch's words (a FakeTensor's cast error under torch.compile).
+        if isinstance(value, torch.Tensor) and name not in ("k_scale", "v_scale"):
+            raise TypeError(f"{name} must be a number for the operator, got a torch.Tensor: pass a Python number "
+                            f"({name}.item(), outside compiled code)")
 
 
 def call_op(q, k, v, positions, slots, k_pool, v_pool, *, head_dim, num_qo_heads, num_kv_heads,

@@ -63,6 +63,8 @@ int rpy_float(PyObject *obj, const char *name, double *out)
         PyErr_Format(PyExc_TypeError, "%s must be a number, got %.200s", name, Py_TYPE(obj)->tp_name);
         return -1;
     }
+    if (!PyFloat_CheckExact(obj) && !PyLong_CheckExact(obj) && rpy_torch_check_number(obj, name) < 0)
+        return -1;
     *out = PyFloat_AsDouble(obj);
     if (*out != -1.0 || !PyErr_Occurred())
         return 0;

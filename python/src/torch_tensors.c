@@ -278,6 +278,13 @@ static int torch_check_autograd(PyObject *const *objs, const char *const *names,
     return 0;
 }
 
+/* A torch tensor given for a number (rope_base=torch.tensor(1e4)) is read as its value: refused,
+ * as a tensor input is, when autograd would expect a gradient through it. */
+int rpy_torch_check_number(PyObject *obj, const char *name)
+{
+    return torch_is_array(obj) ? torch_check_autograd(&obj, &name, 1, 1) : 0;
+}
+
 /* Written in place: bump the version counters, so that autograd sees the write as it sees torch's
  * own in-place ops (a tensor saved for backward and overwritten then raises at backward). */
 static int torch_mark_written(PyObject *const *objs, int num)

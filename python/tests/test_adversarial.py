@@ -195,6 +195,27 @@ def test_a_frequency_or_scale_that_requires_grad_is_refused_with_grad_mode_on(ro
         p.call(ropepool, **{name: value})
 
 
+@pytest.mark.parametrize("name", ["rope_base", "attention_scaling", "norm_eps", "norm_weight_offset"])
+def test_a_number_given_as_a_tensor_that_requires_grad_is_refused_with_grad_mode_on(ropepool, torch_fw, torch,
+                                                                                   name):
+    """The call reads such a tensor as its value: autograd's gradient through it would be lost."""
+    p = Problem(torch_fw)
+    value = torch.tensor(10000.0 if name == "rope_base" else 1e-6 if name == "norm_eps" else 1.0,
+                         dtype=torch.float64, requires_grad=True)
+    norm = {} if name in ("rope_base", "attention_scaling") else {"q_norm_weight": torch.ones(p.D)}
+    expect_refusal(ropepool, torch_fw, p.arrays(), p.kwargs(**norm, **{name: value}),
+                   f"{name} requires grad, but rope_pool_fused has no backward (its outputs would not be connected "
+                   f"to {name}'s graph): call it under torch.no_grad() or torch.inference_mode(), or pass "
+                   f"{name}.detach()")
+    expected = p.call(ropepool, **norm, **{name: value.item()})
+    with torch.no_grad():
+        got = p.call(ropepool, **norm, **{name: value})
+    for want, out in zip(expected, got):
+        assert np.array_equal(torch_fw.bits(want), torch_fw.bits(out))
+    got = p.call(ropepool, **norm, **{name: value.detach()})
+    assert np.array_equal(torch_fw.bits(expected[0]), torch_fw.bits(got[0]))
+
+
 @pytest.mark.parametrize("head_dim", [2**40, 32])
 @pytest.mark.parametrize("keyword", ["inv_freq", "q_norm_weight"])
 def test_a_head_dim_that_is_not_qs_is_reported_as_q_shape(ropepool, np_fw, head_dim, keyword):

@@ -202,6 +202,32 @@ def test_compiled_path_reads_numpy_numbers_as_eager_does(ropepool):
     assert_same(results[1], results[0])
 
 
+@pytest.mark.parametrize("name", ["rope_base", "attention_scaling"])
+def test_compiled_call_with_a_number_given_as_a_tensor_runs_as_eager_does(ropepool, name):
+    """The direct call reads a 0-d tensor's value; traced, the schema's Scalar met a FakeTensor and
+    torch.compile raised its cast error. call_op refuses it naming the fix, which Dynamo takes as a
+    graph break: the compiled function then runs the direct call, with the same bits."""
+    from ropepool import torch_op
+
+    p = problem("cpu")
+    value = torch.tensor(10000.0 if name == "rope_base" else 1.5, dtype=torch.float64)
+    pools = clone_all([p.k_pool, p.v_pool])
+    want = [*ropepool.rope_pool_fused(*p.arrays()[:5], *pools, **p.kwargs(**{name: value.item()}))[:2], *pools]
+
+    def step(number, k_pool, v_pool):
+        return ropepool.rope_pool_fused(*p.arrays()[:5], k_pool, v_pool, **p.kwargs(**{name: number}))
+
+    pools = clone_all([p.k_pool, p.v_pool])
+    torch._dynamo.reset()
+    assert_same([*torch.compile(step)(value, *pools)[:2], *pools], want)
+    before = p.snapshot()
+    with pytest.raises(TypeError, match=rf"^{name} must be a number for the operator, got a torch.Tensor: pass a "
+                                        rf"Python number \({name}.item\(\), outside compiled code\)$"):
+        torch_op.call_op(*p.arrays(), **p.kwargs(**{name: value}))
+    for old, x in zip(before, p.arrays()):
+        assert (old == p.fw.bits(x)).all()
+
+
 NATIVE_BUILT = importlib.util.find_spec("ropepool._ropepool_torch") is not None
 
 
