@@ -34,6 +34,13 @@ import os
 import numpy as np
 import torch
 
+try:
+    from torch.fx.experimental.symbolic_shapes import guard_or_false
+except ImportError:  # torch before 2.7: the comparison guards, as it did there
+
+    def guard_or_false(condition):
+        return bool(condition)
+
 from . import _ropepool
 from ._names import type_name as _type_name
 
@@ -72,7 +79,9 @@ SCHEMAS = {
 
 
 def _is_default(value, default):
-    return value is default or (type(value) is type(default) and value == default)
+    # A float32 NumPy scalar passed into a compiled function is traced as a tensor, its value an
+    # unbacked SymFloat: a plain == would guard on data (torch raises); it is passed on instead.
+    return value is default or (type(value) is type(default) and guard_or_false(value == default))
 
 
 def _direct(q, k, v, positions, slots, k_pool, v_pool, *, head_dim, num_qo_heads, num_kv_heads,

@@ -228,6 +228,25 @@ def test_compiled_call_with_a_number_given_as_a_tensor_runs_as_eager_does(ropepo
         assert (old == p.fw.bits(x)).all()
 
 
+@pytest.mark.parametrize("name", ["attention_scaling", "norm_weight_offset"])
+def test_compiled_call_takes_a_float32_numpy_number_passed_in_as_eager_does(ropepool, name):
+    """Dynamo traces a numpy.float32 argument as a tensor whose value is an unbacked SymFloat;
+    comparing it with the keyword's default raised torch's 'Could not guard on data-dependent
+    expression' under fullgraph=True. Now it traces, with the direct call's bits."""
+    p = problem("cpu")
+    value = np.float32(1.5)
+    norm = {} if name == "attention_scaling" else {"q_norm_weight": torch.linspace(-1.0, 1.0, p.D)}
+
+    def step(number, k_pool, v_pool):
+        return ropepool.rope_pool_fused(*p.arrays()[:5], k_pool, v_pool, **p.kwargs(**norm, **{name: number}))
+
+    pools = clone_all([p.k_pool, p.v_pool])
+    want = [*step(value, *pools)[:2], *pools]
+    pools = clone_all([p.k_pool, p.v_pool])
+    torch._dynamo.reset()
+    assert_same([*torch.compile(step, fullgraph=True)(value, *pools)[:2], *pools], want)
+
+
 NATIVE_BUILT = importlib.util.find_spec("ropepool._ropepool_torch") is not None
 
 
