@@ -18,6 +18,7 @@ on 99% of entries, which test_tables_are_mostly_bit_identical holds.
 import json
 import math
 import pathlib
+import re
 import sys
 import types
 
@@ -464,6 +465,30 @@ def test_deepseek_v3_style_follows_rope_interleave(ropepool, interleave, is_neox
         config["rope_interleave"] = interleave
     kw = ropepool.hf_rope_kwargs(config)
     assert kw["is_neox"] is is_neox and kw["rotary_dim"] == 64
+
+
+def test_deepseek_v3_rope_interleave_null_rotates_halves_as_transformers_does(ropepool):
+    """DeepseekV3Attention asks `if config.rope_interleave:`, so a config that sets it to null
+    (None) takes rotate_half; only a config without the key takes the class's default, True. It
+    was read as absent, GPT-J pairs: every q_pe and k_pe rotated with the wrong pairs, silently."""
+    config = family("deepseek_v3", qk_rope_head_dim=64, rope_interleave=None)
+    assert ropepool.hf_rope_kwargs(config)["is_neox"] is True
+
+    class Config:  # a config object holding None, as DeepseekV3Config(rope_interleave=None) does
+        model_type, hidden_size, num_attention_heads, qk_rope_head_dim = "deepseek_v3", 2048, 16, 64
+        rope_theta, max_position_embeddings, rope_interleave = 10000.0, 4096, None
+
+    assert ropepool.hf_rope_kwargs(Config())["is_neox"] is True
+
+
+@pytest.mark.parametrize("interleave", ["false", "true", 0, 1, 2.0])
+def test_deepseek_v3_rope_interleave_that_is_no_bool_is_refused(ropepool, interleave):
+    """transformers reads rope_interleave by its truth, so the string "false" would rotate adjacent
+    pairs; a config holding one is refused rather than read either way (as YaRN's truncate is)."""
+    config = family("deepseek_v3", qk_rope_head_dim=64, rope_interleave=interleave)
+    with pytest.raises(ropepool.RopePoolError,
+                       match=rf"config rope_interleave must be true or false, got {re.escape(repr(interleave))}"):
+        ropepool.hf_rope_kwargs(config)
 
 
 def test_gemma3_kwargs_need_the_layer_type(ropepool):
