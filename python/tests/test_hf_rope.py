@@ -467,6 +467,22 @@ def test_deepseek_v3_style_follows_rope_interleave(ropepool, interleave, is_neox
     assert kw["is_neox"] is is_neox and kw["rotary_dim"] == 64
 
 
+@pytest.mark.parametrize("interleave, is_neox", [(None, False), (True, False), (False, True)])
+def test_kimi_k2_is_read_as_deepseek_v3(ropepool, interleave, is_neox):
+    """Kimi-K2's config.json names its model type kimi_k2 (remote code); transformers reads it as
+    deepseek_v3 (Kimi_K25Config renames it), and so does ropepool: the same table and style."""
+    kimi = {"model_type": "kimi_k2", "hidden_size": 7168, "num_attention_heads": 64, "qk_rope_head_dim": 64,
+            "qk_nope_head_dim": 128, "kv_lora_rank": 512, "max_position_embeddings": 131072, "rope_theta": 50000.0,
+            "rope_scaling": {"type": "yarn", "factor": 32.0, "beta_fast": 1.0, "beta_slow": 1.0, "mscale": 1.0,
+                             "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096}}
+    if interleave is not None:
+        kimi["rope_interleave"] = interleave
+    kw = ropepool.hf_rope_kwargs(kimi)
+    want = ropepool.hf_rope_kwargs(dict(kimi, model_type="deepseek_v3"))
+    assert kw["is_neox"] is is_neox and want["is_neox"] is is_neox and kw["rotary_dim"] == 64
+    assert np.array_equal(kw["inv_freq"], want["inv_freq"]) and kw["attention_scaling"] == want["attention_scaling"]
+
+
 def test_deepseek_v3_rope_interleave_null_rotates_halves_as_transformers_does(ropepool):
     """DeepseekV3Attention asks `if config.rope_interleave:`, so a config that sets it to null
     (None) takes rotate_half; only a config without the key takes the class's default, True. It
