@@ -390,9 +390,16 @@ static const struct hf_style_entry {
     {"glm4", RP_ROPE_GPTJ},         {"cohere", RP_ROPE_GPTJ},        {"cohere2", RP_ROPE_GPTJ},
     {"chatglm", RP_ROPE_GPTJ},      {"deepseek_v2", RP_ROPE_GPTJ},   {"ernie4_5", RP_ROPE_GPTJ},
     {"helium", RP_ROPE_GPTJ},
-    /* GPT-J pairs unless the config sets rope_interleave false (rp_hf_rope_style). */
-    {"deepseek_v3", RP_ROPE_GPTJ},
+    /* GPT-J pairs unless the config sets rope_interleave false (hf_reads_interleave). */
+    {"deepseek_v3", RP_ROPE_GPTJ},  {"kimi_k2", RP_ROPE_GPTJ},
 };
+
+/* The model types whose attention asks `if config.rope_interleave:` (false: rotate_half). Kimi-K2's
+ * config.json names kimi_k2, which transformers reads as deepseek_v3 (Kimi_K25Config renames it). */
+static int hf_reads_interleave(const char *model_type)
+{
+    return strcmp(model_type, "deepseek_v3") == 0 || strcmp(model_type, "kimi_k2") == 0;
+}
 
 rp_status rp_hf_rope_style(const char *model_type, int32_t rope_interleave, int32_t *style,
                            char *errbuf, size_t errbuf_size)
@@ -406,7 +413,7 @@ rp_status rp_hf_rope_style(const char *model_type, int32_t rope_interleave, int3
     for (size_t i = 0; i < sizeof hf_styles / sizeof hf_styles[0]; i++)
         if (strcmp(model_type, hf_styles[i].model_type) == 0) {
             *style = hf_styles[i].style;
-            if (strcmp(model_type, "deepseek_v3") == 0 && rope_interleave == 0)
+            if (hf_reads_interleave(model_type) && rope_interleave == 0)
                 *style = RP_ROPE_NEOX;
             return RP_OK;
         }

@@ -223,6 +223,9 @@ static void test_style_table_follows_transformers(void)
         {"chatglm", -1, RP_ROPE_GPTJ},     {"deepseek_v2", 0, RP_ROPE_GPTJ},    {"deepseek_v3", -1, RP_ROPE_GPTJ},
         {"deepseek_v3", 1, RP_ROPE_GPTJ},  {"deepseek_v3", 0, RP_ROPE_NEOX}, {"gemma4_text", -1, RP_ROPE_NEOX},
         {"lfm3", -1, RP_ROPE_NEOX},
+        /* Kimi-K2's config.json says kimi_k2, which transformers reads as deepseek_v3 (Kimi-K2.5's
+         * config renames it): the same rope_interleave rule */
+        {"kimi_k2", -1, RP_ROPE_GPTJ},     {"kimi_k2", 1, RP_ROPE_GPTJ},        {"kimi_k2", 0, RP_ROPE_NEOX},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int32_t style = -1;

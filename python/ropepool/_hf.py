@@ -465,9 +465,8 @@ def hf_rope_kwargs(config, *, seq_len=None, layer_type=None):
         raise _error(f"this config asks for multimodal RoPE (rope type 'mrope' or an mrope_section), which "
                      f"ropepool reads for {', '.join(sorted(_MROPE))} only, not model type '{model_type}': "
                      "pass mrope_section yourself")
-    interleave = _field(text, "rope_interleave")
     try:
-        is_neox = _ropepool._hf_rope_style(str(model_type), -1 if interleave is None else int(bool(interleave)))
+        is_neox = _ropepool._hf_rope_style(str(model_type), _rope_interleave(text))
     except _ropepool.RopePoolError as e:
         raise _error(f"{e}; hf_rope_kwargs does not guess it: call rope_pool_fused with hf_rope_parameters(config)'s "
                      "inv_freq and attention_scaling and your is_neox") from None
@@ -480,6 +479,19 @@ def hf_rope_kwargs(config, *, seq_len=None, layer_type=None):
         kwargs["mrope_section"] = _mrope_section(params.get("mrope_section", default_section))
         kwargs["mrope_interleaved"] = interleaved
     return kwargs
+
+
+def _rope_interleave(text):
+    """The config's rope_interleave as rp_hf_rope_style takes it: -1 where the config has none (the
+    class's default, True), else 1 or 0. transformers asks `if config.rope_interleave:`, so a key
+    holding None (null) rotates halves rather than taking the default; a value that is no bool is
+    refused, as truncate is: transformers would read it by its truth ("false" as true)."""
+    if not _has_key(text, "rope_interleave"):
+        return -1
+    interleave = _field(text, "rope_interleave")
+    if interleave is not None and not _is_bool(interleave):
+        raise _error(f"config rope_interleave must be true or false, got {interleave!r}")
+    return int(bool(interleave))
 
 
 def _mrope_section(section):

@@ -18,6 +18,7 @@ on 99% of entries, which test_tables_are_mostly_bit_identical holds.
 import json
 import math
 import pathlib
+import re
 import sys
 import types
 
@@ -464,6 +465,46 @@ def test_deepseek_v3_style_follows_rope_interleave(ropepool, interleave, is_neox
         config["rope_interleave"] = interleave
     kw = ropepool.hf_rope_kwargs(config)
     assert kw["is_neox"] is is_neox and kw["rotary_dim"] == 64
+
+
+@pytest.mark.parametrize("interleave, is_neox", [(None, False), (True, False), (False, True)])
+def test_kimi_k2_is_read_as_deepseek_v3(ropepool, interleave, is_neox):
+    """Kimi-K2's config.json names its model type kimi_k2 (remote code); transformers reads it as
+    deepseek_v3 (Kimi_K25Config renames it), and so does ropepool: the same table and style."""
+    kimi = {"model_type": "kimi_k2", "hidden_size": 7168, "num_attention_heads": 64, "qk_rope_head_dim": 64,
+            "qk_nope_head_dim": 128, "kv_lora_rank": 512, "max_position_embeddings": 131072, "rope_theta": 50000.0,
+            "rope_scaling": {"type": "yarn", "factor": 32.0, "beta_fast": 1.0, "beta_slow": 1.0, "mscale": 1.0,
+                             "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096}}
+    if interleave is not None:
+        kimi["rope_interleave"] = interleave
+    kw = ropepool.hf_rope_kwargs(kimi)
+    want = ropepool.hf_rope_kwargs(dict(kimi, model_type="deepseek_v3"))
+    assert kw["is_neox"] is is_neox and want["is_neox"] is is_neox and kw["rotary_dim"] == 64
+    assert np.array_equal(kw["inv_freq"], want["inv_freq"]) and kw["attention_scaling"] == want["attention_scaling"]
+
+
+def test_deepseek_v3_rope_interleave_null_rotates_halves_as_transformers_does(ropepool):
+    """DeepseekV3Attention asks `if config.rope_interleave:`, so a config that sets it to null
+    (None) takes rotate_half; only a config without the key takes the class's default, True. It
+    was read as absent, GPT-J pairs: every q_pe and k_pe rotated with the wrong pairs, silently."""
+    config = family("deepseek_v3", qk_rope_head_dim=64, rope_interleave=None)
+    assert ropepool.hf_rope_kwargs(config)["is_neox"] is True
+
+    class Config:  # a config object holding None, as DeepseekV3Config(rope_interleave=None) does
+        model_type, hidden_size, num_attention_heads, qk_rope_head_dim = "deepseek_v3", 2048, 16, 64
+        rope_theta, max_position_embeddings, rope_interleave = 10000.0, 4096, None
+
+    assert ropepool.hf_rope_kwargs(Config())["is_neox"] is True
+
+
+@pytest.mark.parametrize("interleave", ["false", "true", 0, 1, 2.0])
+def test_deepseek_v3_rope_interleave_that_is_no_bool_is_refused(ropepool, interleave):
+    """transformers reads rope_interleave by its truth, so the string "false" would rotate adjacent
+    pairs; a config holding one is refused rather than read either way (as YaRN's truncate is)."""
+    config = family("deepseek_v3", qk_rope_head_dim=64, rope_interleave=interleave)
+    with pytest.raises(ropepool.RopePoolError,
+                       match=rf"config rope_interleave must be true or false, got {re.escape(repr(interleave))}"):
+        ropepool.hf_rope_kwargs(config)
 
 
 def test_gemma3_kwargs_need_the_layer_type(ropepool):
