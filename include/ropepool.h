@@ -412,7 +412,8 @@ typedef struct rp_rope_pool_args {
  *
  * fp8 pools (RP_F8_E4M3 / RP_F8_E5M2 pools, or RP_U8 pools with pool_dtype): k_pool receives
  * fp8(y / k_scale) where y is the rotated value itself (after attention scaling), not the
- * rounded k_rot, and the pass-through dims fp8(k / k_scale); v_pool receives fp8(v / v_scale).
+ * rounded k_rot, and the pass-through dims fp8(k / k_scale) (with k_norm_weight, fp8 of the
+ * normalised value / k_scale, not of k nor of the rounded k_rot); v_pool receives fp8(v / v_scale).
  * fp8() rounds to nearest-even and saturates to the format's finite range (+-448 for e4m3fn,
  * +-57344 for e5m2, infinities included); NaN stays NaN. Exactness: every stored code equals the
  * correctly rounded fp8 of the float64 value y / scale, except where that value lies within the

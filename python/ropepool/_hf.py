@@ -450,7 +450,8 @@ def hf_rope_kwargs(config, *, seq_len=None, layer_type=None):
 
     ``inv_freq`` and ``attention_scaling`` (as :func:`hf_rope_parameters`), ``rotary_dim``,
     ``is_neox`` (from the style table in libropepool, which follows each model's modeling code in
-    transformers), and for the Qwen-VL family ``mrope_section`` and ``mrope_interleaved``. A model
+    transformers), and for the Qwen-VL family ``mrope_section`` and ``mrope_interleaved`` (Qwen3-VL's
+    section as an equal one summing to rotary_dim / 2 where the config's does not). A model
     type not in the table raises RopePoolError: pass is_neox yourself, a style is never guessed.
     DeepSeek-V3 with rope_interleave (its default) rotates adjacent pairs; transformers then
     writes the rotated pairs de-interleaved (pair (2j, 2j+1) to (j, j + R/2)), ropepool in place:
@@ -476,7 +477,8 @@ def hf_rope_kwargs(config, *, seq_len=None, layer_type=None):
               "rotary_dim": fields["rotary_dim"], "is_neox": is_neox}
     if model_type in _MROPE:
         default_section, interleaved = _MROPE[model_type]
-        kwargs["mrope_section"] = _mrope_section(params.get("mrope_section", default_section))
+        section = _mrope_section(params.get("mrope_section", default_section))
+        kwargs["mrope_section"] = _interleaved_section(section, fields["rotary_dim"] // 2) if interleaved else section
         kwargs["mrope_interleaved"] = interleaved
     return kwargs
 
@@ -492,6 +494,24 @@ def _rope_interleave(text):
     if interleave is not None and not _is_bool(interleave):
         raise _error(f"config rope_interleave must be true or false, got {interleave!r}")
     return int(bool(interleave))
+
+
+def _interleaved_section(section, half):
+    """Qwen3-VL's section as the call takes it: summing to rotary_dim / 2 (half).
+
+    transformers' interleaved rule never reads t and clips h and w to the table (frequency j takes h
+    where j % 3 == 1 and j < 3h, w where j % 3 == 2 and j < 3w), so it runs any section, such as its
+    default [24, 20, 20] under a head_dim of 64; the call, which checks that t + h + w = half, would
+    refuse that one. Of the half frequencies, (half + 1) // 3 have j % 3 == 1 and half // 3 have
+    j % 3 == 2: h and w clipped to those counts, and t the rest, take every frequency to the same row.
+    A section that already sums to half (every real checkpoint's) is returned as it is; a negative
+    entry is left for the call to refuse.
+    """
+    t, h, w = section
+    if t + h + w == half or min(section) < 0:
+        return section
+    h, w = min(h, (half + 1) // 3), min(w, half // 3)
+    return [half - h - w, h, w]
 
 
 def _mrope_section(section):

@@ -229,3 +229,43 @@ def test_a_section_without_an_order_is_refused(ropepool, section):
     arrays = [mx.array(x) for x in [*p.arrays()[:3], image_rows(p.T), *p.arrays()[4:]]]
     with pytest.raises(ropepool.RopePoolError, match="^mrope_section must be three ints"):
         rmx.rope_pool_fused(*arrays, **p.kwargs(mrope_section=section))
+
+
+def transformers_interleaved_rows(section, half):
+    """Row of each frequency as transformers' Qwen3-VL recomposition_frequencies picks it: row 0,
+    then slice(1, 3h, 3) from row 1 and slice(2, 3w, 3) from row 2 (t is never read, and the
+    slices stop at the table's end)."""
+    rows = np.zeros(half, int)
+    rows[slice(1, section[1] * 3, 3)] = 1
+    rows[slice(2, section[2] * 3, 3)] = 2
+    return rows
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_vl_text", "qwen3_vl_moe_text"])
+@pytest.mark.parametrize("head_dim, section", [(64, None), (64, [24, 20, 20]), (32, [8, 12, 12]),
+                                               (128, [40, 20, 20]), (128, [0, 30, 40]), (128, [24, 20, 20])])
+def test_hf_rope_kwargs_serve_every_qwen3_vl_section_transformers_runs(ropepool, model_type, head_dim, section):
+    """transformers' Qwen3-VL runs any section: its default [24, 20, 20] under a head_dim of 64 (its
+    small test configs), [8, 12, 12] under 32. hf_rope_kwargs handed those on as they were, and the
+    call refused them (the sum is not rotary_dim / 2): the keywords it returns must run, and rotate
+    every frequency by the row transformers uses, against the float64 formula."""
+    rope = dict(rope_type="default", rope_theta=5e6, **({} if section is None else dict(mrope_section=section)))
+    config = dict(model_type=model_type, hidden_size=4 * head_dim, num_attention_heads=4, head_dim=head_dim,
+                  rope_parameters=rope)
+    kw = ropepool.hf_rope_kwargs(config)
+    half = head_dim // 2
+    assert kw["mrope_interleaved"] is True and sum(kw["mrope_section"]) == half
+    if section is not None and sum(section) == half:
+        assert kw["mrope_section"] == section  # a section the call takes is handed on unchanged
+    rows = image_rows(6) + np.array([[0], [3], [11]])
+    x = np.random.default_rng(3).standard_normal((6, 1, head_dim)).astype(np.float32)
+    pool = np.zeros((6, 1, head_dim), np.float32)
+    got = ropepool.rope_pool_fused(x, x, x, rows, np.arange(6), pool, pool.copy(), head_dim=head_dim,
+                                   num_qo_heads=1, num_kv_heads=1, rope_base=5e6, **kw)[0]
+    pick = transformers_interleaved_rows(section or [24, 20, 20], half)
+    want, mag = np.zeros_like(got, np.float64), np.zeros_like(got, np.float64)
+    for r in range(3):
+        yr, mr = rotate_general(x, rows[r], kw["inv_freq"], True)
+        dims = np.concatenate([np.flatnonzero(pick == r), np.flatnonzero(pick == r) + half])
+        want[..., dims], mag[..., dims] = yr[..., dims], mr[..., dims]
+    assert_within_bound("q_rot", got.astype(np.float64), want, mag, "float32")
