@@ -190,6 +190,19 @@ def test_complex_scale_is_refused_not_truncated_to_its_real_part(ropepool, fw, n
     assert_unchanged(p, before)
 
 
+def test_scale_array_of_a_dtype_ropepool_cannot_name_is_named(ropepool, fw):
+    """A one-element complex scale array was refused as "1 element of an unsupported type": the
+    message names its dtype, as the arrays' own refusal does."""
+    p = Problem(fw, T=2, Hq=2, Hk=1, D=16, P=4)
+    p.k_pool, p.v_pool = fp8_pools(fw, p.P, p.Hk, p.D, "float8_e4m3fn", typed=True)
+    if fw.name == "numpy":
+        scale, dtype = np.array([0.5 + 1j]), "complex128"
+    else:
+        scale, dtype = fw.torch.tensor([0.5 + 1j], device=fw.device), "torch.complex64"
+    expect_refusal(ropepool, fw, p.arrays(), p.kwargs(v_scale=scale), "v_scale must be a number or a one-element "
+                   f"float32 array (float64 on the host), got 1 element of {dtype}")
+
+
 def test_operator_scale_too_large_for_a_double_is_named(ropepool, torch_fw):
     """The torch operator turned k_scale=10**400 into a bare OverflowError; the direct call's
     RopePoolError names the argument and the value, and so does the operator's now."""
