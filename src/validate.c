@@ -135,11 +135,12 @@ static rp_status check_scale(const rp_rope_pool_args *a, const char *name, doubl
     const rp_dtype fmt = pool_format(a);
     if (scale != 0.0 && !(isfinite(scale) && scale > 0.0))
         return rp_fail(err, bad, "%s must be a positive finite number (0 = 1.0), got %g", name, scale);
-    if (scale != 0.0 && !scale_usable(scale))
-        return refuse_scale_range(err, name, 0, scale);
+    /* before the range, which only fp8 pools have: on other pools any scale but 1 is the mistake */
     if (!is_fp8(fmt) && scale != 0.0 && scale != 1.0)
         return rp_fail(err, bad, "%s %g needs fp8 pools: k_pool and v_pool are %s, which take no scale",
                        name, scale, rp_dtype_name(fmt));
+    if (scale != 0.0 && !scale_usable(scale))
+        return refuse_scale_range(err, name, 0, scale);
     if (!is_fp8(fmt) && ptr != NULL)
         return rp_fail(err, bad, "%s_ptr is set but k_pool and v_pool are %s, which take no scale: "
                        "pass NULL", name, rp_dtype_name(fmt));

@@ -124,6 +124,7 @@ static void fp8_pool_dtype_equal_is_not_enough(fixture *f) /* bf16 pools for f32
 }
 static void int8_pools(fixture *f) { pools_as(f, RP_I8, RP_I8); }
 static void scale_on_float_pools(fixture *f) { f->args.k_scale = 0.5; }
+static void scale_tiny_on_float_pools(fixture *f) { f->args.v_scale = 1e-300; }
 static void scale_ptr_on_float_pools(fixture *f)
 {
     scale_cell = 1.0f;
@@ -236,6 +237,9 @@ static void test_fp8_format_and_scale_errors(void)
     EXPECT(int8_pools, bad, "pool dtypes must match q/k/v dtype");
     EXPECT(scale_on_float_pools, bad,
            "k_scale 0.5 needs fp8 pools: k_pool and v_pool are float32, which take no scale");
+    /* any scale but 1 is refused for what it is on float pools, not for a range only fp8 pools have */
+    EXPECT(scale_tiny_on_float_pools, bad,
+           "v_scale 1e-300 needs fp8 pools: k_pool and v_pool are float32, which take no scale");
     EXPECT(scale_ptr_on_float_pools, bad,
            "v_scale_ptr is set but k_pool and v_pool are float32, which take no scale: pass NULL");
     EXPECT(k_scale_negative, bad, "k_scale must be a positive finite number (0 = 1.0), got -1");

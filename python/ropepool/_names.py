@@ -6,3 +6,11 @@ operator and MLX."""
 def type_name(value):
     kind = type(value)
     return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
+
+
+def too_large_for_float64(name, value):
+    """The message for an int past float64's range given for a number, in the C binding's words
+    (keywords.c: its repr shortened to its head and its length)."""
+    text = repr(value)
+    text = text if len(text) <= 40 else f"{text[:16]}... ({len(text)} characters)"
+    return f"{name} must be a positive finite number, got {text}, too large for a float64"

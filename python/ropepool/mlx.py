@@ -50,7 +50,7 @@ except ImportError as error:
     ) from error
 
 from . import RopePoolError, num_threads
-from ._names import type_name as _type_name
+from ._names import too_large_for_float64, type_name as _type_name
 
 try:
     from . import _ropepool_mlx as _ext
@@ -115,9 +115,7 @@ def _number(name, value):
     except (TypeError, ValueError):
         raise TypeError(f"{name} must be a number, got {_type_name(value)}") from None
     except OverflowError:  # an int past float64's range, as the NumPy call words it
-        text = repr(value)
-        text = text if len(text) <= 40 else f"{text[:16]}... ({len(text)} characters)"
-        raise RopePoolError(f"{name} must be a positive finite number, got {text}, too large for a float64") from None
+        raise RopePoolError(too_large_for_float64(name, value)) from None
 
 
 def _config_integer(name, value, bits=64):

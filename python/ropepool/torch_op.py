@@ -42,7 +42,7 @@ except ImportError:  # torch before 2.7: the comparison guards, as it did there
         return bool(condition)
 
 from . import _ropepool
-from ._names import type_name as _type_name
+from ._names import too_large_for_float64, type_name as _type_name
 
 # The extension keywords after the seed's, in schema order, with their defaults. The direct binding
 # receives only those that differ from the default, so the operator works with any binding that
@@ -210,9 +210,16 @@ def _scale_tensor(name, scale):
     if isinstance(scale, np.ndarray):
         _refuse_masked(name, scale)
         return torch.as_tensor(scale)
-    if isinstance(scale, (str, bytes)) or not (hasattr(scale, "__float__") or hasattr(scale, "__index__")):
+    # NumPy's complex scalars have a __float__ that drops the imaginary part (a warning only)
+    if isinstance(scale, (str, bytes, complex, np.complexfloating)) or not (
+            hasattr(scale, "__float__") or hasattr(scale, "__index__")):
         raise TypeError(f"{name} must be a number, got {_type_name(scale)}")
-    return None if scale == 1.0 else torch.tensor(float(scale), dtype=torch.float64)
+    if scale == 1.0:
+        return None
+    try:
+        return torch.tensor(float(scale), dtype=torch.float64)
+    except OverflowError:  # an int past float64's range, in the direct call's words
+        raise _ropepool.RopePoolError(too_large_for_float64(name, scale)) from None
 
 
 def _refuse_masked(name, array):

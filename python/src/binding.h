@@ -43,6 +43,8 @@ extern const rpy_framework rpy_torch;
 
 /* Imports NumPy's C API; called once from the module's init. Returns 0 or -1 with an exception. */
 int rpy_numpy_import(void);
+/* 1 if obj is a NumPy complex scalar (complex64, complex128, clongdouble), else 0. */
+int rpy_numpy_is_complex_scalar(PyObject *obj);
 
 /* The cudaStream_t that torch's current stream on CUDA device `device` wraps. 0 or -1. */
 int rpy_torch_current_stream(int device, void **stream);

@@ -59,7 +59,9 @@ static PyObject *short_repr(PyObject *obj)
 
 int rpy_float(PyObject *obj, const char *name, double *out)
 {
-    if (is_bool(obj)) {
+    /* NumPy's complex scalars convert to float by dropping the imaginary part, with a warning
+     * only (k_scale=np.complex128(0.5 + 1j) would run with 0.5): refused as Python's complex is. */
+    if (is_bool(obj) || PyComplex_Check(obj) || rpy_numpy_is_complex_scalar(obj)) {
         PyErr_Format(PyExc_TypeError, "%s must be a number, got %.200s", name, Py_TYPE(obj)->tp_name);
         return -1;
     }
@@ -262,10 +264,20 @@ int rpy_scale(PyObject *obj, const char *name, rp_device device, double *value, 
     if (!has_data(&t, name))
         return -1;
     const int host = t.device.type == RP_DEVICE_CPU;
-    if (element_count(&t) != 1 || (t.dtype != RP_F32 && (t.dtype != RP_F64 || !host)))
-        return rpy_refuse("%s must be a number or a one-element float32 array (float64 on the host), got %lld "
-                          "element%s of %s", name, (long long)element_count(&t), element_count(&t) == 1 ? "" : "s",
-                          rp_dtype_name((rp_dtype)t.dtype));
+    if (element_count(&t) != 1 || (t.dtype != RP_F32 && (t.dtype != RP_F64 || !host))) {
+        /* a dtype the library cannot name (complex, ...): the framework's own name for it */
+        PyObject *dtype = t.dtype == RP_DTYPE_OTHER ? PyObject_GetAttrString(obj, "dtype") : NULL;
+        PyErr_Clear(); /* no dtype attribute: the library's name ("an unsupported type") will do */
+        PyObject *text = dtype != NULL ? PyObject_Str(dtype)
+                                       : PyUnicode_FromString(rp_dtype_name((rp_dtype)t.dtype));
+        Py_XDECREF(dtype);
+        if (text != NULL)
+            rpy_refuse("%s must be a number or a one-element float32 array (float64 on the host), got %lld "
+                       "element%s of %U", name, (long long)element_count(&t), element_count(&t) == 1 ? "" : "s",
+                       text);
+        Py_XDECREF(text);
+        return -1;
+    }
     if (host) {
         *value = host_element(&t, 0); /* read now: the call uses the value it has at this moment */
         return explicit_scale(name, *value);

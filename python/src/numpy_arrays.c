@@ -19,6 +19,11 @@ int rpy_numpy_import(void)
     return 0;
 }
 
+int rpy_numpy_is_complex_scalar(PyObject *obj)
+{
+    return PyArray_IsScalar(obj, ComplexFloating);
+}
+
 static const struct {
     const char *name;
     rp_dtype dtype;

@@ -6,7 +6,7 @@ refused naming the argument and the value, with nothing written."""
 import numpy as np
 import pytest
 
-from helpers import (Problem, assert_within_bound, call_or_skip_on_cuda, cos_sin, expect_refusal, fp8_neighbours_ok,
+from helpers import (Problem, assert_unchanged, assert_within_bound, call_or_skip_on_cuda, cos_sin, expect_refusal, fp8_neighbours_ok,
                      ml_dtypes, pool_rows, readme_blocks, representable, rotate64, rotate_general)
 
 
@@ -166,6 +166,57 @@ def test_typed_fp8_pools_must_match_kv_cache_dtype(ropepool, fw):
     p.k_pool, p.v_pool = fp8_pools(fw, p.P, p.Hk, p.D, "float8_e4m3fn", typed=True)
     expect_refusal(ropepool, fw, p.arrays(), p.kwargs(kv_cache_dtype="fp8_e5m2"),
                    "kv_cache_dtype='fp8_e5m2' does not match k_pool's dtype float8_e4m3fn")
+
+
+@pytest.mark.parametrize("name", ["k_scale", "v_scale"])
+@pytest.mark.parametrize("scalar", ["complex64", "complex128", "clongdouble"])
+@pytest.mark.parametrize("via", ["direct", "operator"])
+def test_complex_scale_is_refused_not_truncated_to_its_real_part(ropepool, fw, name, scalar, via):
+    """NumPy's complex scalars convert to float by dropping the imaginary part (a ComplexWarning
+    only): k_scale=np.complex128(0.5 + 1j) ran with 0.5. A complex scale is refused, as Python's
+    complex is, by the direct call and the torch operator's, and nothing is written."""
+    if via == "operator" and fw.name != "torch":
+        pytest.skip("the operator takes torch tensors")
+    p = Problem(fw, T=2, Hq=2, Hk=1, D=16, P=4)
+    p.k_pool, p.v_pool = fp8_pools(fw, p.P, p.Hk, p.D, "float8_e4m3fn", typed=False)
+    before = p.snapshot()
+    if via == "direct":
+        call = ropepool.rope_pool_fused
+    else:
+        from ropepool import torch_op
+        call = torch_op.call_op
+    with pytest.raises(TypeError, match=f"^{name} must be a number, got (numpy\\.)?{scalar}$"):
+        call(*p.arrays(), **p.kwargs(kv_cache_dtype="fp8", **{name: getattr(np, scalar)(0.5 + 1j)}))
+    assert_unchanged(p, before)
+
+
+def test_scale_array_of_a_dtype_ropepool_cannot_name_is_named(ropepool, fw):
+    """A one-element complex scale array was refused as "1 element of an unsupported type": the
+    message names its dtype, as the arrays' own refusal does."""
+    p = Problem(fw, T=2, Hq=2, Hk=1, D=16, P=4)
+    p.k_pool, p.v_pool = fp8_pools(fw, p.P, p.Hk, p.D, "float8_e4m3fn", typed=True)
+    if fw.name == "numpy":
+        scale, dtype = np.array([0.5 + 1j]), "complex128"
+    else:
+        scale, dtype = fw.torch.tensor([0.5 + 1j], device=fw.device), "torch.complex64"
+    expect_refusal(ropepool, fw, p.arrays(), p.kwargs(v_scale=scale), "v_scale must be a number or a one-element "
+                   f"float32 array (float64 on the host), got 1 element of {dtype}")
+
+
+def test_operator_scale_too_large_for_a_double_is_named(ropepool, torch_fw):
+    """The torch operator turned k_scale=10**400 into a bare OverflowError; the direct call's
+    RopePoolError names the argument and the value, and so does the operator's now."""
+    from ropepool import torch_op
+    p = Problem(torch_fw, T=2, Hq=2, Hk=1, D=16, P=4)
+    p.k_pool, p.v_pool = fp8_pools(torch_fw, p.P, p.Hk, p.D, "float8_e4m3fn", typed=True)
+    message = ("k_scale must be a positive finite number, got 1000000000000000... (401 characters), too large "
+               "for a float64")
+    for call in (ropepool.rope_pool_fused, torch_op.call_op):
+        before = p.snapshot()
+        with pytest.raises(ropepool.RopePoolError) as info:
+            call(*p.arrays(), **p.kwargs(k_scale=10**400))
+        assert str(info.value) == message
+        assert_unchanged(p, before)
 
 
 def test_cuda_scale_tensor_on_a_cpu_call_is_refused(ropepool, torch_fw):
