@@ -209,7 +209,9 @@ def _scale_tensor(name, scale):
         return scale
     if isinstance(scale, np.ndarray):
         _refuse_masked(name, scale)
-        return torch.as_tensor(scale)
+        # a reversed view has a negative stride, which torch.as_tensor refuses, even of one element
+        # (contiguous by NumPy's flags); the direct call reads its value, and so does a copy
+        return torch.as_tensor(scale.copy() if scale.dtype.isnative else scale)
     # NumPy's complex scalars have a __float__ that drops the imaginary part (a warning only)
     if isinstance(scale, (str, bytes, complex, np.complexfloating)) or not (
             hasattr(scale, "__float__") or hasattr(scale, "__index__")):

@@ -79,6 +79,16 @@ int rpy_float(PyObject *obj, const char *name, double *out)
         if (r != NULL)
             rpy_refuse("%s must be a positive finite number, got %U, too large for a float64", name, r);
         Py_XDECREF(r);
+    } else if (PyErr_ExceptionMatches(PyExc_ValueError) || PyErr_ExceptionMatches(PyExc_RuntimeError)) {
+        /* an object whose __float__ refuses: a torch tensor of two elements, complex or on 'meta' */
+        PyObject *type, *value, *trace;
+        PyErr_Fetch(&type, &value, &trace);
+        const rpy_framework *fw = rpy_framework_of(obj);
+        PyErr_Format(PyExc_TypeError, "%s must be a number, got %.200s (%S)", name,
+                     fw ? fw->type_name : Py_TYPE(obj)->tp_name, value ? value : Py_None);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(trace);
     }
     return -1;
 }

@@ -190,6 +190,37 @@ def test_complex_scale_is_refused_not_truncated_to_its_real_part(ropepool, fw, n
     assert_unchanged(p, before)
 
 
+def test_operator_reads_a_reversed_numpy_scale_as_the_direct_call_does(ropepool, torch_fw):
+    """A one-element NumPy scale viewed reversed has a negative stride: the direct call reads its
+    value, and call_op (what Dynamo traces) raised torch.as_tensor's ValueError."""
+    from ropepool import torch_op
+
+    p = Problem(torch_fw, T=2, Hq=2, Hk=1, D=16, P=4)
+    p.k_pool, p.v_pool = fp8_pools(torch_fw, p.P, p.Hk, p.D, "float8_e4m3fn", typed=False)
+    results = []
+    for call in (ropepool.rope_pool_fused, torch_op.call_op):
+        pools = [x.clone() for x in (p.k_pool, p.v_pool)]
+        scale = np.array([0.25, 0.5], np.float32)[:0:-1]
+        q_rot, k_rot = call(*p.arrays()[:5], *pools, **p.kwargs(kv_cache_dtype="fp8", k_scale=scale))[:2]
+        results.append([torch_fw.bits(x) for x in (q_rot, k_rot, *pools)])
+    for direct, traced in zip(*results):
+        assert np.array_equal(direct, traced)
+
+
+@pytest.mark.parametrize("value", ["two elements", "complex", "meta"])
+def test_number_given_as_a_tensor_that_has_no_float_is_named(ropepool, torch_fw, value):
+    """torch's own ValueError or RuntimeError ('only one element tensors can be converted to Python
+    scalars') reached the caller naming neither the argument nor what it must be."""
+    torch = torch_fw.torch
+    p = Problem(torch_fw)
+    given = {"two elements": torch.tensor([1e4, 2e4]), "complex": torch.tensor(1e4 + 1j),
+             "meta": torch.tensor(1e4, device="meta")}[value]
+    before = p.snapshot()
+    with pytest.raises(TypeError, match=r"^rope_base must be a number, got torch\.Tensor \(.+\)$"):
+        p.call(ropepool, rope_base=given)
+    assert_unchanged(p, before)
+
+
 def test_scale_array_of_a_dtype_ropepool_cannot_name_is_named(ropepool, fw):
     """A one-element complex scale array was refused as "1 element of an unsupported type": the
     message names its dtype, as the arrays' own refusal does."""
