@@ -591,50 +591,118 @@ static void fixture_use_portable_table(fixture *f)
 /* The SIMD levels (avx2, avx512, neon) do the same operations in the same order, so they give the
  * same bits on every machine and a model's outputs do not depend on where it runs (each level is
  * checked against float64 elsewhere; this is extra). Checked through a digest of every output of
- * a fixed set of calls (every dtype and test variant, whole-vector and tail head sizes, the
- * inputs' dtype and fp8 e4m3 / e5m2 pools), recorded on x86-64, where AVX2 and AVX-512 both give
- * it: a machine compares whichever SIMD levels it has with it (the aarch64 build under QEMU in
- * make test-aarch64). Tables and angles keep clear of libm, which is each platform's own: the
- * frequencies are exactly rounded ones, and angles stay below 2^31 (no fallback). A change that alters the SIMD numerics on purpose records the new digest, printed here on
- * failure. */
-#define SIMD_OUTPUT_DIGEST 0x8c9e6133419eee0cull
-
-static void test_simd_levels_give_the_recorded_bits(void)
+ * a fixed set of calls, recorded on x86-64, where AVX2 and AVX-512 both give it: a machine
+ * compares whichever SIMD levels it has with it (the aarch64 build under QEMU in make
+ * test-aarch64). Tables and angles keep clear of libm, which is each platform's own: the
+ * frequencies are exactly rounded ones, and angles stay below 2^31 (no fallback). Inputs are
+ * finite: a NaN result's sign and payload are each ISA's own (x86 and Arm choose differently among
+ * NaN operands, and x86's default NaN is negative), which no contract fixes. A change that alters
+ * the SIMD numerics on purpose records the new digest, printed here on failure. */
+static void check_recorded_bits(const char *what, uint64_t recorded,
+                                uint64_t (*run_cases)(const level *lv, uint64_t h, double *worst))
 {
-    static const int64_t dims[] = {2, 34, 128, 96, 80};
-    static const rp_dtype pool_formats[] = {0, RP_F8_E4M3, RP_F8_E5M2}; /* 0: the inputs' dtype */
     int checked = 0;
     for (int l = 2; l < num_levels; l++) {
         if (!levels[l].supported)
             continue;
-        uint64_t h = 0xcbf29ce484222325ull;
         double worst = 0.0;
-        for (int d = 0; d < 3 * NUM_TEST_VARIANTS; d++)
-            for (int s = 0; s < 5; s++)
-                for (int pf = 0; pf < 3; pf++) {
-                    fixture f;
-                    test_rng r = {11};
-                    fixture_init(&f, &r, 29, 3, 2, dims[s], 40, dtypes[d % 3], RP_I64, 1 << 30, 1);
-                    fixture_set_variant(&f, &r, &test_variants[d / 3]);
-                    fixture_use_portable_table(&f);
-                    if (pool_formats[pf])
-                        fixture_use_fp8_pools(&f, pool_formats[pf]);
-                    run_level(&levels[l], &f, RP_PARTS_ALL);
-                    const size_t e = rp_dtype_size(dtypes[d % 3]), pe = pool_formats[pf] ? 1 : e;
-                    h = digest(h, f.q_rot, (size_t)(29 * 3 * dims[s]) * e);
-                    h = digest(h, f.k_rot, (size_t)(29 * 2 * dims[s]) * e);
-                    h = digest(h, f.k_pool, (size_t)(40 * 2 * dims[s]) * pe);
-                    h = digest(h, f.v_pool, (size_t)(40 * 2 * dims[s]) * pe);
-                    if (pool_formats[pf]) /* the fp8 paths are checked against float64 here too */
-                        verify_fixture(&f, levels[l].name, &worst);
-                    fixture_free(&f);
-                }
-        CHECK(h == SIMD_OUTPUT_DIGEST, "%s: outputs' digest 0x%016llx, recorded 0x%016llx", levels[l].name,
-              (unsigned long long)h, (unsigned long long)SIMD_OUTPUT_DIGEST);
+        const uint64_t h = run_cases(&levels[l], 0xcbf29ce484222325ull, &worst);
+        CHECK(h == recorded, "%s, %s: outputs' digest 0x%016llx, recorded 0x%016llx", levels[l].name, what,
+              (unsigned long long)h, (unsigned long long)recorded);
         checked++;
     }
     if (!checked)
         printf("skip: this CPU runs no SIMD level\n");
+}
+
+/* h continued over the outputs of f's call (pool elements of pool_elem bytes). */
+static uint64_t digest_outputs(uint64_t h, const fixture *f, size_t pool_elem)
+{
+    const size_t e = rp_dtype_size(f->dtype);
+    h = digest(h, f->q_rot, (size_t)(f->T * f->Hq * f->D) * e);
+    h = digest(h, f->k_rot, (size_t)(f->T * f->Hk * f->D) * e);
+    h = digest(h, f->k_pool, (size_t)(f->P * f->Hk * f->D) * pool_elem);
+    return digest(h, f->v_pool, (size_t)(f->P * f->Hk * f->D) * pool_elem);
+}
+
+static const rp_dtype pool_formats[] = {0, RP_F8_E4M3, RP_F8_E5M2}; /* 0: the inputs' dtype */
+
+/* Every dtype and test variant, whole-vector and tail head sizes, the inputs' dtype and fp8 e4m3 /
+ * e5m2 pools. */
+#define SIMD_OUTPUT_DIGEST 0x8c9e6133419eee0cull
+
+static uint64_t variant_cases(const level *lv, uint64_t h, double *worst)
+{
+    static const int64_t dims[] = {2, 34, 128, 96, 80};
+    for (int d = 0; d < 3 * NUM_TEST_VARIANTS; d++)
+        for (int s = 0; s < 5; s++)
+            for (int pf = 0; pf < 3; pf++) {
+                fixture f;
+                test_rng r = {11};
+                fixture_init(&f, &r, 29, 3, 2, dims[s], 40, dtypes[d % 3], RP_I64, 1 << 30, 1);
+                fixture_set_variant(&f, &r, &test_variants[d / 3]);
+                fixture_use_portable_table(&f);
+                if (pool_formats[pf])
+                    fixture_use_fp8_pools(&f, pool_formats[pf]);
+                run_level(lv, &f, RP_PARTS_ALL);
+                h = digest_outputs(h, &f, pool_formats[pf] ? 1 : rp_dtype_size(dtypes[d % 3]));
+                if (pool_formats[pf]) /* the fp8 paths are checked against float64 here too */
+                    verify_fixture(&f, lv->name, worst);
+                fixture_free(&f);
+            }
+    return h;
+}
+
+/* QK-norm (its float32 path inside the rotation and the float64 one, for heads of ordinary and
+ * of extreme magnitudes, weights in the data's dtype or float32, offset 0 or 1, either weight
+ * alone) and mRoPE (each section kind, rows at extreme positions), alone and together, with every
+ * pool format: paths of their own in the SIMD kernels (simd_norm_head, the mRoPE angle table)
+ * that the variant cases above do not reach. Checked against float64 too. */
+#define SIMD_NORM_MROPE_DIGEST 0x0219505e092f8d8full
+
+static uint64_t norm_mrope_cases(const level *lv, uint64_t h, double *worst)
+{
+    static const int64_t dims[] = {34, 128, 80, 64};
+    for (int d = 0; d < 3 * NUM_TEST_VARIANTS; d++)
+        for (int s = 0; s < 4; s++) {
+            const rp_dtype dt = dtypes[d % 3];
+            const int v = d / 3, norm = (d + s) % 4 != 3, mrope = (d + s) % 2 == 0;
+            fixture f;
+            norm_weights w = {NULL, NULL};
+            test_rng r = {17};
+            fixture_init(&f, &r, 13, 3, 2, dims[s], 16, dt, RP_I64, 1 << 30, 1);
+            fixture_set_variant(&f, &r, &test_variants[v]);
+            fixture_use_portable_table(&f);
+            if (mrope) {
+                const int64_t half = (f.args.rotary_dim ? f.args.rotary_dim : f.D) / 2;
+                f.args.mrope_interleaved = (uint32_t)mrope_section_for((v + s) % NUM_SECTIONS, half,
+                                                                       f.args.mrope_section);
+                fixture_use_mrope_rows(&f, &r, POS_EXTREME);
+            }
+            if (norm) {
+                set_norm(&r, &f, &w, (v + s) % 3, s % 2 ? RP_F32 : dt, (double)(v % 2));
+                if (s >= 2)
+                    extreme_heads(&f);
+                else
+                    scale_heads(&f);
+            }
+            const int pf = (d + s) % 3;
+            if (pool_formats[pf])
+                fixture_use_fp8_pools(&f, pool_formats[pf]);
+            run_level(lv, &f, RP_PARTS_ALL);
+            h = digest_outputs(h, &f, pool_formats[pf] ? 1 : rp_dtype_size(dt));
+            verify_fixture(&f, lv->name, worst);
+            free(w.q);
+            free(w.k);
+            fixture_free(&f);
+        }
+    return h;
+}
+
+static void test_simd_levels_give_the_recorded_bits(void)
+{
+    check_recorded_bits("variants", SIMD_OUTPUT_DIGEST, variant_cases);
+    check_recorded_bits("QK-norm and mRoPE", SIMD_NORM_MROPE_DIGEST, norm_mrope_cases);
 }
 
 int main(void)

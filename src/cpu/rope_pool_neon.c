@@ -4,12 +4,14 @@
  * not a multiple of 8 ends with one step on a zero-padded copy. The token/head walk is the x86
  * kernels' (rope_pool_simd.h); this file holds the instructions, in the same order as the AVX2 and
  * AVX-512 files (same constants, same FMAs, same float64 -> float32 rounding), so the three give
- * the same bits for angles below 2^31 (the libm fallback above that is the platform's).
+ * the same bits for angles below 2^31 (the libm fallback above that is the platform's), QK-norm
+ * and mRoPE included (test_numerics.c records them), except for the sign and payload of a NaN
+ * result: Arm and x86 pick among NaN operands differently, and x86's default NaN is negative.
  *
  * Only src/CMakeLists.txt's aarch64 branch compiles this file; it needs no extra flags.
  *
  * Conversions: f16 through fcvtl / fcvtn (vcvt_f32_f16, vcvt_f16_f32: round to nearest-even,
- * subnormals and NaN kept, FPCR as Linux and macOS leave it). bf16 widens by a 16-bit shift and
+ * subnormals and NaN kept: every slice runs with FPCR 0, fp_mode.h, whatever the caller set). bf16 widens by a 16-bit shift and
  * narrows with integer round-to-nearest-even: rp_float_to_bf16_bits (dtype.h) lane for lane,
  * exact on subnormals, NaN kept quiet. fp8 pools (e4m3fn, e5m2; Advanced SIMD has no conversion)
  * take the x86 kernels' integer rounding on 4 lanes, so their codes are the same too. The BF16 extension's BFCVTN is not used: it is optional,
