@@ -536,7 +536,11 @@ RP_API rp_status rp_hf_rope_frequencies(const rp_hf_rope_params *params, double 
  * rp_hf_rope_style — the pair style transformers' modeling code uses for a config "model_type"
  * (its text model's, for a multimodal config): RP_ROPE_NEOX or RP_ROPE_GPTJ into *style.
  * rope_interleave is the config's flag of that name (1 / 0), or -1 when the config has none; only
- * deepseek_v3 and kimi_k2 (Kimi-K2's name for it) read it (default true: GPT-J pairs). An unknown model type is RP_ERR_UNSUPPORTED
+ * deepseek_v3, kimi_k2 (Kimi-K2's name for it) and the MLA families whose attention copies
+ * DeepSeek-V3's (sarvam_mla, glm4_moe_lite, mistral4, axk1, youtu) read it (default true: GPT-J
+ * pairs; false: NeoX). The other MLA families' attentions always rotate adjacent pairs
+ * (deepseek_v32, longcat_flash, glm_moe_dsa, hy_v4, axk2, bailing_hybrid) or halves (minicpm3),
+ * whatever the flag says. An unknown model type is RP_ERR_UNSUPPORTED
  * with a message saying to pass the style explicitly: a wrong style is a silent accuracy bug, so
  * it is never guessed.
  */

@@ -391,14 +391,29 @@ static const struct hf_style_entry {
     {"chatglm", RP_ROPE_GPTJ},      {"deepseek_v2", RP_ROPE_GPTJ},   {"ernie4_5", RP_ROPE_GPTJ},
     {"helium", RP_ROPE_GPTJ},
     /* GPT-J pairs unless the config sets rope_interleave false (hf_reads_interleave). */
-    {"deepseek_v3", RP_ROPE_GPTJ},  {"kimi_k2", RP_ROPE_GPTJ},
+    {"deepseek_v3", RP_ROPE_GPTJ},  {"kimi_k2", RP_ROPE_GPTJ},       {"sarvam_mla", RP_ROPE_GPTJ},
+    {"glm4_moe_lite", RP_ROPE_GPTJ}, {"mistral4", RP_ROPE_GPTJ},     {"axk1", RP_ROPE_GPTJ},
+    {"youtu", RP_ROPE_GPTJ},
+    /* DeepSeek-V3's MLA whose attention calls apply_rotary_pos_emb_interleave unconditionally (their
+     * config classes drop rope_interleave): GPT-J pairs on qk_rope_head_dim whatever the config says.
+     * The DSA indexers of deepseek_v32 and axk2 rotate halves of their own keys, a cache apart. */
+    {"longcat_flash", RP_ROPE_GPTJ}, {"deepseek_v32", RP_ROPE_GPTJ}, {"glm_moe_dsa", RP_ROPE_GPTJ},
+    {"hy_v4", RP_ROPE_GPTJ},        {"axk2", RP_ROPE_GPTJ},          {"bailing_hybrid", RP_ROPE_GPTJ},
+    /* MLA with rotate_half (MiniCPM3Attention calls apply_rotary_pos_emb). */
+    {"minicpm3", RP_ROPE_NEOX},
 };
 
-/* The model types whose attention asks `if config.rope_interleave:` (false: rotate_half). Kimi-K2's
- * config.json names kimi_k2, which transformers reads as deepseek_v3 (Kimi_K25Config renames it). */
+/* The model types whose attention asks `if config.rope_interleave:` (false: rotate_half): DeepSeek-V3
+ * and the MLA families that copy its attention. Kimi-K2's config.json names kimi_k2, which
+ * transformers reads as deepseek_v3 (Kimi_K25Config renames it); sarvam_mla runs DeepseekV3Model. */
 static int hf_reads_interleave(const char *model_type)
 {
-    return strcmp(model_type, "deepseek_v3") == 0 || strcmp(model_type, "kimi_k2") == 0;
+    static const char *const readers[] = {"deepseek_v3", "kimi_k2", "sarvam_mla", "glm4_moe_lite",
+                                          "mistral4", "axk1", "youtu"};
+    for (size_t i = 0; i < sizeof readers / sizeof readers[0]; i++)
+        if (strcmp(model_type, readers[i]) == 0)
+            return 1;
+    return 0;
 }
 
 rp_status rp_hf_rope_style(const char *model_type, int32_t rope_interleave, int32_t *style,

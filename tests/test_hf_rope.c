@@ -226,6 +226,15 @@ static void test_style_table_follows_transformers(void)
         /* Kimi-K2's config.json says kimi_k2, which transformers reads as deepseek_v3 (Kimi-K2.5's
          * config renames it): the same rope_interleave rule */
         {"kimi_k2", -1, RP_ROPE_GPTJ},     {"kimi_k2", 1, RP_ROPE_GPTJ},        {"kimi_k2", 0, RP_ROPE_NEOX},
+        /* the MLA families whose attention copies DeepSeek-V3's `if self.config.rope_interleave:` */
+        {"sarvam_mla", -1, RP_ROPE_GPTJ},  {"sarvam_mla", 0, RP_ROPE_NEOX},     {"glm4_moe_lite", -1, RP_ROPE_GPTJ},
+        {"glm4_moe_lite", 1, RP_ROPE_GPTJ}, {"glm4_moe_lite", 0, RP_ROPE_NEOX}, {"mistral4", -1, RP_ROPE_GPTJ},
+        {"mistral4", 0, RP_ROPE_NEOX},     {"axk1", -1, RP_ROPE_GPTJ},          {"axk1", 0, RP_ROPE_NEOX},
+        {"youtu", 1, RP_ROPE_GPTJ},        {"youtu", 0, RP_ROPE_NEOX},
+        /* MLA that always calls apply_rotary_pos_emb_interleave: a config's flag changes nothing */
+        {"deepseek_v32", -1, RP_ROPE_GPTJ}, {"deepseek_v32", 0, RP_ROPE_GPTJ},  {"longcat_flash", 0, RP_ROPE_GPTJ},
+        {"glm_moe_dsa", 0, RP_ROPE_GPTJ},  {"hy_v4", 0, RP_ROPE_GPTJ},          {"axk2", 0, RP_ROPE_GPTJ},
+        {"bailing_hybrid", 0, RP_ROPE_GPTJ}, {"minicpm3", -1, RP_ROPE_NEOX},    {"minicpm3", 1, RP_ROPE_NEOX},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int32_t style = -1;

@@ -27,6 +27,7 @@ _DEFAULT_THETA = {
     "qwen3_vl": 5e5, "qwen3_vl_text": 5e5, "qwen3_vl_moe": 5e5, "qwen3_vl_moe_text": 5e5,
     "cohere": 5e5,
     "gpt_oss": 1.5e5, "smollm3": 2e6, "apertus": 1.2e7, "ernie4_5": 5e5, "helium": 1e5,
+    "longcat_flash": 1e7, "bailing_hybrid": 6e6,
 }
 # Gemma 4 and its derivatives: a head_dim per layer type (transformers' per_layer_config).
 _GEMMA4 = frozenset(("gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text", "diffusion_gemma",
@@ -39,6 +40,9 @@ _DEFAULT_ROPE = {
                 "original_max_position_embeddings": 4096},
     "apertus": {"rope_type": "llama3", "rope_theta": 1.2e7, "factor": 8.0, "original_max_position_embeddings": 8192,
                 "low_freq_factor": 1.0, "high_freq_factor": 4.0},
+    # Mistral4Config's YaRN (its llama_4_scaling_beta scales the query, not the rotary: see hf_rope_kwargs)
+    "mistral4": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 128.0, "original_max_position_embeddings": 8192,
+                 "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0},
     "lfm3": {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
              "full_attention": {"rope_type": "proportional", "rope_theta": 1e6, "partial_rotary_factor": 0.5}},
     **dict.fromkeys(_GEMMA4, {
@@ -453,9 +457,17 @@ def hf_rope_kwargs(config, *, seq_len=None, layer_type=None):
     transformers), and for the Qwen-VL family ``mrope_section`` and ``mrope_interleaved`` (Qwen3-VL's
     section as an equal one summing to rotary_dim / 2 where the config's does not). A model
     type not in the table raises RopePoolError: pass is_neox yourself, a style is never guessed.
-    DeepSeek-V3 with rope_interleave (its default) rotates adjacent pairs; transformers then
-    writes the rotated pairs de-interleaved (pair (2j, 2j+1) to (j, j + R/2)), ropepool in place:
-    attention scores agree because q and k share the layout.
+    Multi-head latent attention (a config with qk_rope_head_dim) rotates qk_rope_head_dim dims.
+    DeepSeek-V3 and the families whose attention copies it (kimi_k2, sarvam_mla, glm4_moe_lite,
+    mistral4, axk1, youtu) rotate adjacent pairs while rope_interleave is true (their default),
+    halves when it is false or null; deepseek_v32, longcat_flash, glm_moe_dsa, hy_v4, axk2 and
+    bailing_hybrid always rotate adjacent pairs (their config classes drop rope_interleave);
+    minicpm3 rotates halves. Where transformers rotates adjacent pairs it writes them de-interleaved
+    (pair (2j, 2j+1) to (j, j + R/2)), ropepool in place: attention scores agree because q and k
+    share the layout. What these attentions do beside the rotary stays the caller's: the softmax
+    scale (mscale_all_dim), Mistral 4's scale of the whole query after it (1 + llama_4_scaling_beta
+    * log(1 + floor(position / original_max_position_embeddings)), 1 within that length),
+    LongCat-Flash's LoRA scales of q and the latent before it, the DSA indexers' own keys.
     """
     text, model_type, params, fields = _read(config, seq_len, layer_type)
     if model_type is None:

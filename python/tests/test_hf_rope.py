@@ -393,15 +393,17 @@ def family(model_type, **extra):
 
 # The pair style of each model type, read from its modeling code in transformers 5.24 (5.25 from
 # gpt_oss on in NEOX, ernie4_5 and helium in GPTJ): rotate_half on halves is NeoX; even/odd pairs (rotate_every_two, repeat_interleave'd cos/sin, view_as_complex,
-# DeepSeek's rope_interleave) are GPT-J. glm4_moe (GLM-4.5 to 4.7) rotates halves, unlike glm/glm4.
+# DeepSeek's rope_interleave) are GPT-J. glm4_moe (GLM-4.5 to 4.7) rotates halves, unlike glm/glm4. The MLA
+# families (minicpm3, and glm4_moe_lite on in GPTJ) from 5.25: the pairs their attention rotates.
 NEOX = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_vl", "qwen2_vl_text",
         "qwen2_5_vl", "qwen2_5_vl_text", "qwen3_vl", "qwen3_vl_text", "phi", "phi3", "gpt_neox", "gemma",
         "gemma2", "gemma3", "gemma3_text", "starcoder2", "olmo", "granite", "stablelm", "falcon", "glm4_moe",
         "gpt_oss", "olmo2", "smollm3", "seed_oss", "exaone4", "hunyuan_v1_dense", "apertus", "arcee", "granitemoe",
         "gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text", "diffusion_gemma", "diffusion_gemma_text",
-        "lfm3"}
+        "lfm3", "minicpm3"}
 GPTJ = {"gptj", "codegen", "glm", "glm4", "cohere", "cohere2", "chatglm", "deepseek_v2", "deepseek_v3", "ernie4_5",
-        "helium"}
+        "helium", "glm4_moe_lite", "mistral4", "axk1", "youtu", "deepseek_v32", "glm_moe_dsa", "hy_v4", "axk2",
+        "bailing_hybrid", "longcat_flash"}
 FAMILIES = RECORD["families"]
 
 
@@ -468,19 +470,40 @@ def test_deepseek_v3_style_follows_rope_interleave(ropepool, interleave, is_neox
 
 
 @pytest.mark.parametrize("interleave, is_neox", [(None, False), (True, False), (False, True)])
-def test_kimi_k2_is_read_as_deepseek_v3(ropepool, interleave, is_neox):
+@pytest.mark.parametrize("model_type", ["kimi_k2", "sarvam_mla", "glm4_moe_lite", "mistral4", "axk1", "youtu"])
+def test_mla_families_copying_deepseek_v3_follow_rope_interleave(ropepool, model_type, interleave, is_neox):
     """Kimi-K2's config.json names its model type kimi_k2 (remote code); transformers reads it as
-    deepseek_v3 (Kimi_K25Config renames it), and so does ropepool: the same table and style."""
-    kimi = {"model_type": "kimi_k2", "hidden_size": 7168, "num_attention_heads": 64, "qk_rope_head_dim": 64,
-            "qk_nope_head_dim": 128, "kv_lora_rank": 512, "max_position_embeddings": 131072, "rope_theta": 50000.0,
-            "rope_scaling": {"type": "yarn", "factor": 32.0, "beta_fast": 1.0, "beta_slow": 1.0, "mscale": 1.0,
-                             "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096}}
+    deepseek_v3 (Kimi_K25Config renames it), and so does ropepool: the same table and style. The
+    other families' attentions ask `if self.config.rope_interleave:` as DeepseekV3Attention does
+    (sarvam_mla runs DeepseekV3Model): adjacent pairs by default, halves when it is false. They were
+    refused as model types outside the style table, though transformers runs them."""
+    config = {"model_type": model_type, "hidden_size": 7168, "num_attention_heads": 64, "qk_rope_head_dim": 64,
+              "qk_nope_head_dim": 128, "kv_lora_rank": 512, "max_position_embeddings": 131072,
+              "rope_theta": 50000.0, "num_hidden_layers": 1,
+              "rope_scaling": {"type": "yarn", "factor": 32.0, "beta_fast": 1.0, "beta_slow": 1.0, "mscale": 1.0,
+                               "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096}}
     if interleave is not None:
-        kimi["rope_interleave"] = interleave
-    kw = ropepool.hf_rope_kwargs(kimi)
-    want = ropepool.hf_rope_kwargs(dict(kimi, model_type="deepseek_v3"))
+        config["rope_interleave"] = interleave
+    kw = ropepool.hf_rope_kwargs(config)
+    want = ropepool.hf_rope_kwargs(dict(config, model_type="deepseek_v3"))
     assert kw["is_neox"] is is_neox and want["is_neox"] is is_neox and kw["rotary_dim"] == 64
     assert np.array_equal(kw["inv_freq"], want["inv_freq"]) and kw["attention_scaling"] == want["attention_scaling"]
+
+
+@pytest.mark.parametrize("interleave", [None, True, False])
+@pytest.mark.parametrize("model_type", ["deepseek_v32", "longcat_flash", "glm_moe_dsa", "hy_v4", "axk2",
+                                        "bailing_hybrid"])
+def test_mla_families_that_always_interleave_ignore_rope_interleave(ropepool, model_type, interleave):
+    """Their attentions call apply_rotary_pos_emb_interleave unconditionally (their config classes drop
+    rope_interleave), so a config.json's rope_interleave false (DeepSeek-V3.2's may carry V3's key)
+    still rotates adjacent pairs; MiniCPM3's MLA always rotates halves."""
+    config = family(model_type, qk_rope_head_dim=64, num_hidden_layers=1)
+    if interleave is not None:
+        config["rope_interleave"] = interleave
+    kw = ropepool.hf_rope_kwargs(config)
+    assert kw["is_neox"] is False and kw["rotary_dim"] == 64
+    minicpm3 = ropepool.hf_rope_kwargs(family("minicpm3", qk_rope_head_dim=32, num_hidden_layers=1))
+    assert minicpm3["is_neox"] is True and minicpm3["rotary_dim"] == 32
 
 
 def test_deepseek_v3_rope_interleave_null_rotates_halves_as_transformers_does(ropepool):
@@ -713,8 +736,9 @@ def test_rotation_with_kwargs_matches_transformers(ropepool, name):
     assert np.array_equal(k_pool, k_rot)
     R, is_neox, s = kw["rotary_dim"], kw["is_neox"], kw["attention_scaling"]
     want_q, want_k = ROTATIONS[f"{name}/q_rot"], ROTATIONS[f"{name}/k_rot"]
-    if config.get("model_type") == "deepseek_v3" and not is_neox:
-        # transformers' DeepSeek code writes the rotated pairs de-interleaved: (2j, 2j+1) -> (j, j+R/2).
+    if "qk_rope_head_dim" in config and config["model_type"] != "deepseek_v2" and not is_neox:
+        # transformers' MLA code from DeepSeek-V3 on (apply_rotary_pos_emb_interleave) writes the
+        # rotated pairs de-interleaved: (2j, 2j+1) -> (j, j+R/2).
         order = np.concatenate([np.arange(0, R, 2), np.arange(1, R, 2), np.arange(R, D)])
         q_rot, k_rot = q_rot[..., order], k_rot[..., order]
         q, k = q[..., order], k[..., order]

@@ -16,6 +16,7 @@ hf_rope_rotations.npz. The torch CPU used is noted: torch's powf differs by CPU 
 
 import argparse
 import importlib
+import inspect
 import json
 import pathlib
 import platform
@@ -97,6 +98,22 @@ _LFM3 = dict(model_type="lfm3", hidden_size=2048, num_attention_heads=16, num_ke
                                                       partial_rotary_factor=0.5)))
 
 # (name, config.json, seq_lens, layer_types)
+# LongCat-Flash-Chat's attention shape (its theta 1e7 the class's default); Mistral 4's with the
+# class's YaRN (factor 128 over 8192); GLM-4.7-Flash's with rope_interleave false; MiniCPM3-4B's.
+_LONGCAT_FLASH = dict(model_type="longcat_flash", hidden_size=6144, num_attention_heads=64, qk_rope_head_dim=64,
+                      qk_nope_head_dim=128, v_head_dim=128, kv_lora_rank=512, q_lora_rank=1536,
+                      max_position_embeddings=131072, num_layers=1)
+_MISTRAL4 = dict(model_type="mistral4", hidden_size=4096, num_attention_heads=32, qk_rope_head_dim=64,
+                 qk_nope_head_dim=64, v_head_dim=128, kv_lora_rank=256, q_lora_rank=1024,
+                 max_position_embeddings=1048576, num_hidden_layers=1)
+_GLM4_MOE_LITE_HALVES = dict(model_type="glm4_moe_lite", hidden_size=2048, num_attention_heads=20,
+                             qk_rope_head_dim=64, qk_nope_head_dim=192, v_head_dim=256, kv_lora_rank=512,
+                             q_lora_rank=768, max_position_embeddings=202752, rope_theta=1000000.0,
+                             rope_interleave=False, num_hidden_layers=1)
+_MINICPM3 = dict(model_type="minicpm3", hidden_size=2560, num_attention_heads=40, qk_rope_head_dim=32,
+                 qk_nope_head_dim=64, kv_lora_rank=256, q_lora_rank=768, max_position_embeddings=32768,
+                 rope_theta=10000.0, num_hidden_layers=1)
+
 TABLES = [
     ("llama3.1-8b", _LLAMA31, [None], [None]),
     ("qwen2.5-7b-yarn", _QWEN25_YARN, [None], [None]),
@@ -159,6 +176,23 @@ def table(cfg, seq_len, layer_type):
     return inv_freq.numpy().copy(), float(scaling)
 
 
+def attention_calls_interleave(mod, config):
+    """Whether the module's attention rotates q and k with apply_rotary_pos_emb_interleave, read from
+    its forward's source: DeepSeek-V3 and its copies branch on `if self.config.rope_interleave:`,
+    DeepSeek-V3.2, LongCat-Flash and the DSA families call it unconditionally (their DSA indexers,
+    whose keys are a cache apart, may call the rotate-half one: they are not read)."""
+    for name, cls in vars(mod).items():
+        if not (inspect.isclass(cls) and name.endswith(("Attention", "MLA"))) or "Vision" in name:
+            continue
+        try:
+            source = inspect.getsource(cls.forward)
+        except (TypeError, OSError, AttributeError):
+            continue
+        if "apply_rotary_pos_emb_interleave(q" in source:
+            return bool(getattr(config, "rope_interleave", False)) if "config.rope_interleave" in source else True
+    return False
+
+
 def rotate(name, cfg, positions, gen, layer_type=None):
     """Run the model's own rotation on seeded random q [T, Hq, D], k [T, Hk, D]."""
     config = text_config(transformers_config(cfg))
@@ -188,7 +222,7 @@ def rotate(name, cfg, positions, gen, layer_type=None):
             pid = pos[None] if pos.ndim == 1 else pos[:, None, :]  # [1, T] or mRoPE's [3, 1, T]
             cos, sin = module(q, pid) if layer_type is None else module(q, pid, layer_type)
             qb, kb = q.transpose(0, 1)[None], k.transpose(0, 1)[None]  # [1, H, T, D]
-            if mt == "deepseek_v3" and config.rope_interleave:
+            if attention_calls_interleave(mod, config):
                 qr, kr = mod.apply_rotary_pos_emb_interleave(qb, kb, cos, sin)
             else:
                 qr, kr = mod.apply_rotary_pos_emb(qb, kb, cos, sin)
@@ -218,6 +252,12 @@ FAMILIES = [_family(mt) for mt in (
     _family("glm", head_dim=128), _family("glm4", head_dim=128),
     _family("deepseek_v2", qk_rope_head_dim=64, num_hidden_layers=1),
     _family("deepseek_v3", qk_rope_head_dim=64, num_hidden_layers=1),
+    # the other MLA families of transformers 5.25 (config.json always names qk_rope_head_dim)
+    *(_family(mt, qk_rope_head_dim=64, num_hidden_layers=1) for mt in (
+        "glm4_moe_lite", "mistral4", "axk1", "youtu", "deepseek_v32", "glm_moe_dsa", "hy_v4", "axk2",
+        "bailing_hybrid")),
+    _family("minicpm3", qk_rope_head_dim=32, num_hidden_layers=1),
+    _family("longcat_flash", qk_rope_head_dim=64, num_layers=1),
 ]
 
 # (name, config, positions[, layer_type]): one per style and feature. Positions stay small where the style has
@@ -233,6 +273,12 @@ ROTATIONS = [
     ("qwen2-vl-7b", _QWEN2_VL, np.array([[0, 4, 4, 9], [0, 4, 5, 10], [0, 5, 6, 11]])),
     ("qwen3-vl-8b", _QWEN3_VL, np.array([[0, 4, 4, 9], [0, 4, 5, 10], [0, 5, 6, 11]])),
     ("lfm3-full", _LFM3, np.array([0, 3, 50, 900]), "full_attention"),  # proportional: half the pairs unrotated
+    # MLA beside DeepSeek-V3: adjacent pairs always (LongCat-Flash), by rope_interleave (Mistral 4,
+    # with its class's YaRN, and turned off on GLM-4.7-Flash), halves (MiniCPM3)
+    ("longcat-flash", _LONGCAT_FLASH, np.array([0, 6, 90, 3000])),
+    ("mistral4", _MISTRAL4, np.array([0, 5, 120, 9000])),
+    ("glm4-moe-lite-halves", _GLM4_MOE_LITE_HALVES, np.array([0, 2, 48, 700])),
+    ("minicpm3", _MINICPM3, np.array([0, 3, 64, 1500])),
 ]
 
 

@@ -37,6 +37,7 @@ from transformers import AutoConfig
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES, model_type_to_module_name
 
 import ropepool
+from record_hf_fixtures import attention_calls_interleave  # python/tools/, the script's own folder
 
 warnings.filterwarnings("ignore")
 transformers.logging.set_verbosity_error()
@@ -158,10 +159,10 @@ def rotate_np(x, inv_freq, scaling, positions, neox):
 
 
 def apply_style(mod, cos, sin, inv_freq, scaling, head_dim, pos_len, text=None):
-    """Run the modeling module's apply_rotary_pos_emb (DeepSeek's _interleave one where the config
-    sets rope_interleave, as its attention does); 'neox', 'gptj' or a description."""
+    """Run the rotation the modeling module's attention runs (apply_rotary_pos_emb, or DeepSeek's
+    _interleave one where the attention calls it); 'neox', 'gptj' or a description."""
     fn = getattr(mod, "apply_rotary_pos_emb", None) or getattr(mod, "apply_rotary_emb", None)
-    if getattr(text, "rope_interleave", False) and hasattr(mod, "apply_rotary_pos_emb_interleave"):
+    if hasattr(mod, "apply_rotary_pos_emb_interleave") and attention_calls_interleave(mod, text):
         fn = mod.apply_rotary_pos_emb_interleave
     if fn is None:
         return "no apply_rotary_pos_emb"
@@ -390,6 +391,12 @@ BASES = {
     "deepseek_v3": dict(hidden_size=1024, num_attention_heads=8, qk_rope_head_dim=64, num_hidden_layers=1,
                         max_position_embeddings=163840),
     "glm4": dict(hidden_size=1024, num_attention_heads=8, head_dim=128, max_position_embeddings=32768),
+    # MLA whose head_dim is not qk_rope_head_dim: Mistral 4's is q_nope + q_rope with partial_rotary_factor
+    # rope / head_dim, LongCat-Flash's its own field (64)
+    "mistral4": dict(hidden_size=1024, num_attention_heads=8, qk_rope_head_dim=64, qk_nope_head_dim=64,
+                     num_hidden_layers=1, max_position_embeddings=65536),
+    "longcat_flash": dict(hidden_size=1024, num_attention_heads=8, qk_rope_head_dim=64, num_layers=1,
+                          max_position_embeddings=65536),
 }
 
 
@@ -470,6 +477,30 @@ SPECIFIC = [
 ]
 
 
+# MLA families' rope_interleave: read by DeepSeek-V3's copies, ignored by those that always interleave.
+INTERLEAVE = [(mt, flag) for mt in ("deepseek_v3", "glm4_moe_lite", "mistral4", "axk1", "youtu")
+              for flag in (False, None)] + [(mt, False) for mt in ("deepseek_v32", "longcat_flash", "glm_moe_dsa",
+                                                                   "hy_v4", "axk2", "bailing_hybrid")]
+
+
+def sweep_interleave(only):
+    for mt, flag in INTERLEAVE:
+        if only and mt not in only:
+            continue
+        mod = modeling_module(mt)
+        name, cls = rotary_classes(mod)[0]
+        cfg = dict(hidden_size=1024, num_attention_heads=8, qk_rope_head_dim=64, max_position_embeddings=4096,
+                   rope_interleave=flag)
+        try:
+            config = AutoConfig.for_model(mt, **_copy(cfg))
+        except Exception as e:  # Glm4MoeLiteConfig's rope_interleave is a bool, never None
+            report("SKIP", f"{mt}/rope_interleave={flag}", f"transformers refuses: {type(e).__name__}: {str(e)[:100]}")
+            continue
+        module = cls(config)
+        for form, given in (("obj", config), ("dict", dict(_copy(cfg), model_type=mt))):
+            compare(f"{mt}/rope_interleave={flag}/{form}", mod, module, given, head_dim=64)
+
+
 def sweep_specific(only):
     for mt, cfg, seq_lens in SPECIFIC:
         if only and mt not in only:
@@ -536,6 +567,7 @@ def main():
     if args.part in ("all", "layers"):
         sweep_per_layer(only)
         sweep_specific(only)
+        sweep_interleave(only)
     kinds = {}
     for kind, *_ in RESULTS:
         kinds[kind] = kinds.get(kind, 0) + 1
