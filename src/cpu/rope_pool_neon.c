@@ -11,10 +11,11 @@
  * Only src/CMakeLists.txt's aarch64 branch compiles this file; it needs no extra flags.
  *
  * Conversions: f16 through fcvtl / fcvtn (vcvt_f32_f16, vcvt_f16_f32: round to nearest-even,
- * subnormals and NaN kept: every slice runs with FPCR 0, fp_mode.h, whatever the caller set). bf16 widens by a 16-bit shift and
- * narrows with integer round-to-nearest-even: rp_float_to_bf16_bits (dtype.h) lane for lane,
- * exact on subnormals, NaN kept quiet. fp8 pools (e4m3fn, e5m2; Advanced SIMD has no conversion)
- * take the x86 kernels' integer rounding on 4 lanes, so their codes are the same too. The BF16 extension's BFCVTN is not used: it is optional,
+ * subnormals and NaN kept: every slice runs with FPCR 0, fp_mode.h, whatever the caller set).
+ * bf16 widens by a 16-bit shift and narrows with integer round-to-nearest-even:
+ * rp_float_to_bf16_bits (dtype.h) lane for lane, exact on subnormals, NaN kept quiet. fp8 pools
+ * (e4m3fn, e5m2; Advanced SIMD has no conversion) take the x86 kernels' integer rounding on 4
+ * lanes, so their codes are the same too. The BF16 extension's BFCVTN is not used: it is optional,
  * and what it does with subnormals depends on FPCR and FEAT_EBF16; the integer rounding costs a
  * few instructions per 4 lanes against the loads and stores of a memory-bound kernel.
  *
