@@ -149,9 +149,16 @@ def _scale(name, value):
     return value
 
 
+def _strict_bool(name, value, meaning):
+    """True or False (a numpy.bool_ too), as the NumPy call's rpy_strict_bool takes a flag: a truthy
+    string or list is a mistake, not a choice."""
+    if not _is_bool(value):
+        raise RopePoolError(f"{name} must be {meaning}, got {value!r}")
+    return bool(value)
+
+
 def _style(is_neox):
-    if not _is_bool(is_neox):  # a truthy string or list is a mistake, not a choice
-        raise RopePoolError(f"is_neox must be True (NeoX rotate-half) or False (GPT-J interleaved), got {is_neox!r}")
+    is_neox = _strict_bool("is_neox", is_neox, "True (NeoX rotate-half) or False (GPT-J interleaved)")
     return 0 if is_neox else 1  # rp_rope_style
 
 
@@ -180,8 +187,7 @@ def _frequencies(inv_freq, rotary_dim, head_dim):
 def _mrope(section, interleaved):
     """rp_rope_pool_args.mrope_section and .mrope_interleaved (the library checks the values). The
     library reads an all-zero section as "no mRoPE", which None is here: [0, 0, 0] is refused."""
-    if not _is_bool(interleaved):
-        raise RopePoolError(f"mrope_interleaved must be True (Qwen3-VL's interleaved rule) or False, got {interleaved!r}")
+    _strict_bool("mrope_interleaved", interleaved, "True (Qwen3-VL's interleaved rule) or False")
     if section is None:
         return [0, 0, 0], int(interleaved)
     try:  # a set or dict has no order of its own: refused, as by the NumPy call
@@ -244,6 +250,7 @@ def rope_pool_fused(
     q_out=None,
     k_out=None,
     threads=None,
+    checked=False,
     stream=None,
 ):
     """Apply RoPE to q and k, and write the rotated keys and the values into the KV pool, lazily.
@@ -271,6 +278,9 @@ def rope_pool_fused(
         q_out, k_out: not available on MLX (arrays are immutable): use the returned q_rot, k_rot.
         threads: at most this many CPU threads for this call (default: ROPEPOOL_NUM_THREADS or
             one per CPU).
+        checked: the NumPy call's flag (CUDA: validate the slot values on the host first), taken so
+            that one set of keywords serves both calls: True or False, the same call here, since
+            the CPU backend always validates the slot values before writing.
         stream: an mx.Stream or mx.Device; a GPU one is replaced by the CPU stream.
 
     Returns:
@@ -288,6 +298,7 @@ def rope_pool_fused(
             "q_norm_weight/k_norm_weight (QK-norm) are not supported on MLX arrays yet: apply the "
             "RMSNorm to q and k first (mx.fast.rms_norm), or call ropepool.rope_pool_fused on NumPy arrays"
         )
+    _strict_bool("checked", checked, "True (CUDA: validate the slot values on the host first) or False")
     if kv_layout != "flat":
         raise RopePoolError(
             f"kv_layout must be 'flat' on MLX arrays (ropepool.mlx serves the seed's [pool_size, "

@@ -288,6 +288,32 @@ def test_mlx_only_refusals_name_the_keyword(mlx_fw):
     helpers.assert_unchanged(p, before)
 
 
+def test_every_keyword_of_the_numpy_call_is_taken(mlx_fw):
+    """Issue 11: ropepool.mlx takes "the same keyword extras as ropepool.rope_pool_fused", so one
+    set of keywords serves both calls. `checked` was missing (a TypeError for an unexpected
+    keyword): on the CPU it changes nothing, as in the NumPy call, and a non-bool is refused in
+    that call's words, nothing written."""
+    numpy_call = set(inspect.signature(ropepool.rope_pool_fused).parameters)
+    mlx_call = set(inspect.signature(ropepool.mlx.rope_pool_fused).parameters)
+    assert numpy_call - mlx_call == set()
+    for checked in (True, False, np.True_):
+        p = Problem(mlx_fw)
+        before = p.snapshot()
+        result = call(p, checked=checked)
+        mx.eval(*result)
+        check(p, before, result)
+    p = Problem(mlx_fw)
+    before = p.snapshot()
+    with pytest.raises(ropepool.RopePoolError) as info:
+        call(p, checked="no")
+    assert str(info.value) == ("checked must be True (CUDA: validate the slot values on the host first) or "
+                               "False, got 'no'")
+    with pytest.raises(ropepool.RopePoolError) as numpy_info:
+        Problem(helpers.make_framework("numpy")).call(ropepool, checked="no")
+    assert str(numpy_info.value) == str(info.value)
+    helpers.assert_unchanged(p, before)
+
+
 def test_uint8_pools_need_kv_cache_dtype_after_the_seeds_checks(mlx_fw):
     p = Problem(mlx_fw)
     pools = [mx.zeros(tuple(x.shape), dtype=mx.uint8) for x in (p.k_pool, p.v_pool)]
