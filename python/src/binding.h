@@ -123,6 +123,9 @@ PyObject *rpy_shape_tuple(const rp_tensor *t);
 /* inv_freq: a 1-D float32/float64 array-like of `count` entries on any device, converted exactly
  * to float64 into out[0, count). 0 or -1. */
 int rpy_inv_freq(PyObject *obj, int64_t count, double *out);
+/* The caller's memory behind obj when it is an array of a framework (inv_freq, a scale), into *t;
+ * t->data NULL when obj is none. 0, or -1 with an exception. */
+int rpy_array_memory(PyObject *obj, rp_tensor *t);
 
 /* Advice for the pages of a new CPU output before the kernel's threads first write it (see
  * fresh_memory.c); never fails. */

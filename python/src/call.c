@@ -13,6 +13,7 @@
  * Nothing of the caller's is written when a call fails; the outputs allocated for it are dropped.
  */
 #include "binding.h"
+#include "overlap.h" /* the library's overlap test, for the inputs it sees only as copies */
 
 #include <limits.h>
 #include <math.h>
@@ -523,6 +524,36 @@ PyObject *rpy_profile(PyObject *module, PyObject *enable)
     return result;
 }
 
+/* inv_freq reaches the library as the binding's float64 copy and a host scale as its value, so the
+ * library's overlap check cannot see the caller's arrays behind them: they are checked here against
+ * q_out and k_out, with the library's own test (overlap.h) and words. Only outputs of q's and k's
+ * shape and dtype: the library reports what else is wrong with an output first. */
+static int refuse_outputs_over_copied_inputs(PyObject *const values[NUM_PARAMS], const rp_rope_pool_args *a)
+{
+    static const int outs[2] = {P_Q_OUT, P_K_OUT}, copied[3] = {P_INV_FREQ, P_K_SCALE, P_V_SCALE};
+    const rp_tensor *const out_t[2] = {&a->q_rot, &a->k_rot}, *const like_t[2] = {&a->q, &a->k};
+    for (int o = 0; o < 2; o++) {
+        const rp_tensor *out = out_t[o], *like = like_t[o];
+        if (values[outs[o]] == NULL || out->dtype != like->dtype || out->ndim != like->ndim ||
+            memcmp(out->shape, like->shape, sizeof out->shape) != 0 || rp_tensor_is_empty(out))
+            continue;
+        for (int c = 0; c < 3; c++) {
+            rp_tensor t;
+            if (rpy_array_memory(values[copied[c]], &t) < 0)
+                return -1;
+            if (t.data != NULL && t.device.type == out->device.type && t.device.index == out->device.index &&
+                !rp_tensor_is_empty(&t) && rp_tensors_overlap(out, &t)) {
+                char message[MESSAGE_SIZE];
+                snprintf(message, sizeof message, "%s overlaps %s: outputs must not share memory with inputs",
+                         param_names[outs[o]], param_names[copied[c]]);
+                rpy_raise(RP_ERR_OVERLAP, message);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
 /* Converts the arguments into c (see prepare). */
 static int prepare_arguments(PyObject *const values[NUM_PARAMS], prepared_call *c, unsigned long long *stamps)
 {
@@ -563,7 +594,7 @@ static int prepare_arguments(PyObject *const values[NUM_PARAMS], prepared_call *
         return -1;
     a->stream = stream;
     stamp(stamps, ST_CONTEXT);
-    if (output_arguments(fw, values, a, c->outs) < 0)
+    if (output_arguments(fw, values, a, c->outs) < 0 || refuse_outputs_over_copied_inputs(values, a) < 0)
         return -1;
     stamp(stamps, ST_OUTPUTS);
     return 0;

@@ -359,6 +359,15 @@ int rpy_inv_freq(PyObject *obj, int64_t count, double *out)
     return result;
 }
 
+int rpy_array_memory(PyObject *obj, rp_tensor *t)
+{
+    memset(t, 0, sizeof *t);
+    const int is_array = obj == NULL ? 0 : describe_array(obj, "", t);
+    if (is_array <= 0)
+        t->data = NULL;
+    return is_array < 0 ? -1 : 0;
+}
+
 int rpy_env_integer(const char *name, long long lo, long long hi, long long fallback, long long *out)
 {
     const char *text = getenv(name);

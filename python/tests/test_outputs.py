@@ -81,9 +81,9 @@ def test_strided_outputs_are_written_through_their_strides(ropepool, fw):
 
 
 def refused(ropepool, p, message, status="RP_ERR_INVALID_ARGUMENT", **outputs):
-    """The call with these outputs raises exactly `message` and writes none of the arrays."""
+    """The call with these outputs (and keywords) raises exactly `message` and writes none of the arrays."""
     fw = p.fw
-    watched = p.arrays() + list(outputs.values())
+    watched = p.arrays() + [x for x in outputs.values() if not isinstance(x, str)]
     before = [fw.bits(x) for x in watched]
     with pytest.raises(ropepool.RopePoolError) as info:
         p.call(ropepool, **outputs)
@@ -123,6 +123,34 @@ def test_output_overlapping_another_input_is_refused(ropepool, fw):
     p = Problem(fw)
     refused(ropepool, p, "k_out overlaps v: outputs may share memory with inputs only as q_out = q or "
             "k_out = k (same data, shape and strides)", status="RP_ERR_OVERLAP", k_out=p.v)
+
+
+@pytest.mark.parametrize("input_name", ["inv_freq", "inv_freq float64", "k_scale", "v_scale"])
+def test_output_overlapping_an_input_read_as_a_copy_is_refused(ropepool, cpu_fw, input_name):
+    """The binding hands the library a float64 copy of inv_freq and a host scale's value, so the
+    library's overlap check could not see the caller's array: q_out over inv_freq ran, and the
+    rotation overwrote the caller's table. Refused as the library refuses q_norm_weight's overlap,
+    nothing written (the caller's array included)."""
+    fw = cpu_fw
+    p = Problem(fw, T=3, Hq=4, Hk=2, D=16, P=8, dtype="float32")
+    name = input_name.split()[0]
+    out_name = "k_out" if name == "v_scale" else "q_out"
+    like = p.k if out_name == "k_out" else p.q
+    out = fw.array(np.full(like.shape, 0.5), "float32")  # the output, read as an input too
+    flat = out.reshape(-1)
+    if input_name == "inv_freq float64":  # the same bytes as float64 values
+        wide = flat.view(np.float64) if fw.name == "numpy" else flat.view(fw.torch.float64)
+        extra = {"inv_freq": wide[2:2 + p.D // 2]}
+    elif name == "inv_freq":
+        extra = {"inv_freq": flat[3:3 + p.D // 2]}
+    else:
+        extra = {name: flat[5:6], "kv_cache_dtype": "fp8"}
+        p.k_pool, p.v_pool = (np.zeros(x.shape, np.uint8) if fw.name == "numpy" else
+                              fw.torch.zeros(x.shape, dtype=fw.torch.uint8) for x in (p.k_pool, p.v_pool))
+    before = fw.bits(out)
+    refused(ropepool, p, f"{out_name} overlaps {name}: outputs must not share memory with inputs",
+            status="RP_ERR_OVERLAP", **extra, **{out_name: out})
+    assert np.array_equal(before, fw.bits(out))
 
 
 def test_outputs_overlapping_each_other_are_refused(ropepool, fw):
