@@ -22,3 +22,21 @@ for exe in "$work"/consumer/example_* "$work"/consumer-no-cuda/example_*; do
   grep -q "second call: RP_ERR_SLOT_OUT_OF_RANGE" "$work/run.log"
   echo "ok: $(basename "$exe")"
 done
+# Debian's layout: GNUInstallDirs' LIBDIR under /usr is lib/x86_64-linux-gnu, one folder deeper,
+# from which the .pc file must still find the prefix (a fixed ../.. gave -I<prefix>/lib/include).
+# The project configured apart with that LIBDIR (nothing built), its .pc set beside this build's
+# header and library in that layout, the example built with pkg-config's flags alone and run.
+if command -v pkg-config > /dev/null; then
+  multi="$work/multiarch" libdir=lib/x86_64-linux-gnu
+  cmake -S "$source" -B "$multi/build" -DCMAKE_INSTALL_LIBDIR=$libdir -DROPEPOOL_CUDA=OFF \
+        -DROPEPOOL_TESTS=OFF -DROPEPOOL_BENCH=OFF -DROPEPOOL_PYTHON=OFF > "$work/configure-multiarch.log"
+  mkdir -p "$multi/prefix/$libdir/pkgconfig" "$multi/prefix/include"
+  cp "$work/prefix/include/ropepool.h" "$multi/prefix/include/"
+  cp -P "$work"/prefix/lib*/libropepool.so* "$multi/prefix/$libdir/"
+  cp "$multi/build/ropepool.pc" "$multi/prefix/$libdir/pkgconfig/"
+  flags=$(PKG_CONFIG_PATH="$multi/prefix/$libdir/pkgconfig" pkg-config --cflags --libs ropepool)
+  "${CC:-cc}" "$source/examples/example.c" $flags -o "$multi/example_pkgconfig_multiarch"
+  LD_LIBRARY_PATH="$multi/prefix/$libdir" "$multi/example_pkgconfig_multiarch" > "$work/run.log"
+  grep -q "second call: RP_ERR_SLOT_OUT_OF_RANGE" "$work/run.log"
+  echo "ok: example_pkgconfig_multiarch"
+fi
