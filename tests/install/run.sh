@@ -16,6 +16,12 @@ cmake -S "$source/tests/install" -B "$work/consumer-no-cuda" -DCMAKE_PREFIX_PATH
       -DEXAMPLE_SOURCE="$source/examples/example.c" > "$work/configure-no-cuda.log"
 cmake --build "$work/consumer-no-cuda" > "$work/build-no-cuda.log"
 ! grep -q cudart "$work/consumer-no-cuda/CMakeFiles/example_cmake.dir/link.txt"
+# The soname: the major version, and before 1.0 the minor too (src/CMakeLists.txt says why).
+version() { sed -n "s/^#define RP_VERSION_$1 \([0-9]*\)$/\1/p" "$source/include/ropepool.h"; }
+soname=libropepool.so.$(version MAJOR)
+[ "$(version MAJOR)" != 0 ] || soname=$soname.$(version MINOR)
+objdump -p "$work"/prefix/lib*/libropepool.so | grep -qx " *SONAME *$soname" ||
+  { echo "the soname is not $soname:"; objdump -p "$work"/prefix/lib*/libropepool.so | grep SONAME; exit 1; }
 export LD_LIBRARY_PATH="$work/prefix/lib:$work/prefix/lib64"
 for exe in "$work"/consumer/example_* "$work"/consumer-no-cuda/example_*; do
   "$exe" > "$work/run.log"
