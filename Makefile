@@ -102,10 +102,18 @@ werror: $(VENV)/.ready
 	cmake -S . -B $(BUILD)-werror -DROPEPOOL_WERROR=ON -DPython3_EXECUTABLE=$(VENV_PY) $(CMAKE_FLAGS)
 	cmake --build $(BUILD)-werror -j $(JOBS)
 
-# PREFIX=DIR installs under DIR instead of the build's CMAKE_INSTALL_PREFIX (/usr/local by default);
-# DESTDIR=DIR stages the install under DIR (cmake --install reads it from the environment).
-install: build
-	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX))
+# The C library, its header, CMake package and pkg-config file. PREFIX=DIR installs under DIR
+# instead of the build's CMAKE_INSTALL_PREFIX (/usr/local by default); DESTDIR=DIR stages the
+# install under DIR (cmake --install reads it from the environment). It installs the build `make`
+# made when there is one; else it builds the library alone in $(BUILD)-install: going through
+# `build` made the test venv first, a download of a few GB (torch, transformers, mlx) that the
+# library does not use and a packager's offline machine cannot make.
+INSTALL_BUILD := $(if $(wildcard $(BUILD)/CMakeCache.txt),$(BUILD),$(BUILD)-install)
+install:
+	$(if $(wildcard $(BUILD)/CMakeCache.txt),,cmake -S . -B $(INSTALL_BUILD) -DCMAKE_BUILD_TYPE=Release \
+	  -DROPEPOOL_TESTS=OFF -DROPEPOOL_BENCH=OFF -DROPEPOOL_PYTHON=OFF $(CMAKE_FLAGS))
+	cmake --build $(INSTALL_BUILD) -j $(JOBS)
+	cmake --install $(INSTALL_BUILD) $(if $(PREFIX),--prefix $(PREFIX))
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan $(BUILD)-werror $(BUILD)-cuda $(BUILD)-aarch64
+	rm -rf $(BUILD) $(BUILD)-install $(BUILD)-asan $(BUILD)-tsan $(BUILD)-werror $(BUILD)-cuda $(BUILD)-aarch64

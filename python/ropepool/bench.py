@@ -122,6 +122,18 @@ def plain_torch(torch, table=False):
     return torch.compile(step, dynamic=True)
 
 
+def _inductor_has_no_cxx(torch):
+    """Why Inductor cannot build plain_torch's CPU code, or None. It needs a C++ compiler, which
+    ropepool does not (make run on a machine with gcc alone ended in Inductor's traceback)."""
+    from torch._inductor import cpp_builder, exc
+
+    try:
+        cpp_builder.get_cpp_compiler()
+    except exc.InvalidCxxCompiler as e:
+        return f"Inductor finds no C++ compiler ({str(e).strip()})"
+    return None
+
+
 def plain_batch(f, arrays, calls):
     a0, a1, a2, a3, a4, a5, a6 = arrays
     for _ in range(calls):
@@ -456,9 +468,10 @@ def main(argv=None):
           + f"; {args.stat} of {args.rounds} interleaved rounds, us per call ({args.clock} clock) (x: ratio to C; faults: minor page "
           "faults per call; sys: kernel-mode CPU us per call); load average "
           + " ".join(f"{x:.1f}" for x in os.getloadavg()))
-    if args.torch_compile and torch is None:
-        print("--torch-compile: not timed, torch is not installed")
-    if args.torch_compile and torch is not None:
+    no_compiler = args.torch_compile and torch is not None and _inductor_has_no_cxx(torch)
+    if args.torch_compile and (torch is None or no_compiler):
+        print("--torch-compile: not timed, " + (no_compiler or "torch is not installed"))
+    elif args.torch_compile:
         COMPILED_PLAIN["torch.compile plain"] = plain_torch(torch)
         COMPILED_PLAIN["torch.compile plain, cos/sin cache"] = plain_torch(torch, table=True)
     results = {}

@@ -34,11 +34,25 @@ no mx.array is a ``TypeError`` there); when the results are evaluated for what n
 or hold one element twice, as a stride-0 broadcast does), and then nothing is written.
 """
 
+import importlib.util
 import math
 import operator
 import threading
 
 import numpy as np
+
+_NOT_BUILT = (
+    "ropepool was built without its MLX extension (MLX, nanobind or a C++ compiler was missing "
+    "when it was built): on macOS reinstall from the repository root with "
+    "`python3 -m pip install \".[mlx]\"`; on "
+    "Linux install `\"mlx[cpu]==0.32.4\" nanobind==3.1.0 scikit-build-core numpy` first, then "
+    "`python3 -m pip install --no-build-isolation \".[mlx]\"`"
+)
+
+# Said before MLX is imported: a plain pip install on Linux has no extension, and installing MLX,
+# which the message below asks for, would not give it one (the user met this one only next).
+if importlib.util.find_spec(__package__ + "._ropepool_mlx") is None:
+    raise ImportError(_NOT_BUILT)
 
 try:
     import mlx.core as mx
@@ -55,13 +69,7 @@ from ._names import too_large_for_float64, type_name as _type_name
 try:
     from . import _ropepool_mlx as _ext
 except ImportError as error:
-    raise ImportError(
-        "ropepool was built without its MLX extension (MLX, nanobind or a C++ compiler was missing "
-        "when it was built): on macOS reinstall from the repository root with "
-        "`python3 -m pip install \".[mlx]\"`; on "
-        "Linux install `\"mlx[cpu]==0.32.4\" nanobind==3.1.0 scikit-build-core numpy` first, then "
-        "`python3 -m pip install --no-build-isolation \".[mlx]\"`"
-    ) from error
+    raise ImportError(_NOT_BUILT) from error
 
 if _ext.mlx_version != mx.__version__.split(".dev")[0]:
     raise ImportError(

@@ -18,8 +18,8 @@ CASES = [
 ]
 
 
-def bench(*argv):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+def bench(*argv, **environ):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), **environ)
     return subprocess.run([sys.executable, "-m", "ropepool.bench", *argv], env=env, capture_output=True,
                           text=True, timeout=120)
 
@@ -50,3 +50,15 @@ def test_a_token_count_too_large_to_allocate_is_one_line_not_a_traceback(ropepoo
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stderr.startswith("ropepool.bench: out of memory for the arrays of T = 100000000: ")
     assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+def test_torch_compile_without_a_cxx_compiler_says_so_and_times_the_rest(ropepool):
+    """make run passes --torch-compile; a machine with the C compiler the README asks for and no
+    C++ one ended there in Inductor's traceback (InvalidCxxCompiler), exit 1."""
+    pytest.importorskip("torch")
+    done = bench("--torch-compile", "-T", "1", "--rounds", "1", "--seconds", "0.001",
+                 CXX="/nonexistent/g++", TORCHINDUCTOR_FORCE_DISABLE_CACHES="1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "--torch-compile: not timed, Inductor finds no C++ compiler (" in done.stdout
+    assert "/nonexistent/g++" in done.stdout and "torch.compile plain" not in done.stdout
+    assert "| 1 | " in done.stdout  # the Python and C calls still timed

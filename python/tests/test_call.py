@@ -454,3 +454,16 @@ def test_a_cpu_kernel_level_this_process_cannot_run_is_refused(ropepool, level):
 def test_error_type_is_a_value_error(ropepool):
     assert issubclass(ropepool.RopePoolError, ValueError)
 
+
+
+def test_mlx_module_of_a_build_without_its_extension_says_to_rebuild(ropepool):
+    """A plain pip install on Linux builds no MLX extension; with MLX missing too, importing
+    ropepool.mlx asked for MLX alone, which would not have made it work (the rebuild was said only
+    after). Both hidden here as they are absent there (None in sys.modules)."""
+    done = run_python("import sys\n"
+                      "sys.modules.update(dict.fromkeys(['mlx', 'mlx.core', 'ropepool._ropepool_mlx']))\n"
+                      "import ropepool.mlx")
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: ropepool was built without its MLX extension"), done.stderr
+    assert "--no-build-isolation" in last
