@@ -125,11 +125,15 @@ def plain_torch(torch, table=False):
 def _inductor_has_no_cxx(torch):
     """Why Inductor cannot build plain_torch's CPU code, or None. It needs a C++ compiler, which
     ropepool does not (make run on a machine with gcc alone ended in Inductor's traceback)."""
-    from torch._inductor import cpp_builder, exc
-
     try:
-        cpp_builder.get_cpp_compiler()
-    except exc.InvalidCxxCompiler as e:
+        from torch._inductor import cpp_builder, exc
+
+        find, invalid = cpp_builder.get_cpp_compiler, exc.InvalidCxxCompiler
+    except (ImportError, AttributeError):  # a torch without them: let torch.compile say what it lacks
+        return None
+    try:
+        find()
+    except invalid as e:
         return f"Inductor finds no C++ compiler ({str(e).strip()})"
     return None
 
