@@ -539,6 +539,8 @@ static int refuse_outputs_over_copied_inputs(PyObject *const values[NUM_PARAMS],
             continue;
         for (int c = 0; c < 3; c++) {
             rp_tensor t;
+            if (values[copied[c]] == NULL) /* the usual call: nothing to describe */
+                continue;
             if (rpy_array_memory(values[copied[c]], &t) < 0)
                 return -1;
             if (t.data != NULL && t.device.type == out->device.type && t.device.index == out->device.index &&
