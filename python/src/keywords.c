@@ -59,13 +59,17 @@ static PyObject *short_repr(PyObject *obj)
 
 int rpy_float(PyObject *obj, const char *name, double *out)
 {
+    if (PyFloat_CheckExact(obj)) { /* the usual rope_base=1e4: none of the checks below applies */
+        *out = PyFloat_AS_DOUBLE(obj);
+        return 0;
+    }
     /* NumPy's complex scalars convert to float by dropping the imaginary part, with a warning
      * only (k_scale=np.complex128(0.5 + 1j) would run with 0.5): refused as Python's complex is. */
     if (is_bool(obj) || PyComplex_Check(obj) || rpy_numpy_is_complex_scalar(obj)) {
         PyErr_Format(PyExc_TypeError, "%s must be a number, got %.200s", name, Py_TYPE(obj)->tp_name);
         return -1;
     }
-    if (!PyFloat_CheckExact(obj) && !PyLong_CheckExact(obj) && rpy_torch_check_number(obj, name) < 0)
+    if (!PyLong_CheckExact(obj) && rpy_torch_check_number(obj, name) < 0)
         return -1;
     *out = PyFloat_AsDouble(obj);
     if (*out != -1.0 || !PyErr_Occurred())
