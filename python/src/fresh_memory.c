@@ -67,6 +67,27 @@ static struct {
     size_t total;
 } cache = {PTHREAD_MUTEX_INITIALIZER, {0}, {0}, 0, 0};
 
+/* fork() while another thread holds the lock would leave it held forever in the child, whose next
+ * large output would then hang. Python's threads take and give blocks holding the GIL, which
+ * os.fork() holds too; but torch calls an output's DLPack deleter (give) on whichever thread frees
+ * its storage, with or without the GIL, and a C or C++ program embedding Python forks as it likes.
+ * The handlers take the lock around the fork, so the child inherits it unlocked, and the cached
+ * blocks with it (its own copy-on-write pages, free to reuse). Installed with the first large
+ * output: no block is given back before one was taken. */
+static pthread_once_t fork_handlers_once = PTHREAD_ONCE_INIT;
+static void lock_for_fork(void)
+{
+    pthread_mutex_lock(&cache.lock);
+}
+static void unlock_after_fork(void)
+{
+    pthread_mutex_unlock(&cache.lock);
+}
+static void install_fork_handlers(void)
+{
+    (void)pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
+}
+
 /* Removes entry i of the cache, keeping the others' order (the caller holds the lock and has
  * taken its bytes off total). */
 static void drop(int i)
@@ -124,6 +145,7 @@ void *rpy_output_block_take(const rp_tensor *like, size_t *block_bytes)
         return NULL;
     const size_t bytes = (need + HUGE_PAGE - 1) & ~(size_t)(HUGE_PAGE - 1);
     void *found = NULL;
+    pthread_once(&fork_handlers_once, install_fork_handlers);
     pthread_mutex_lock(&cache.lock);
     int best = -1; /* the smallest block that holds the output, the newest of equals */
     for (int i = cache.count - 1; i >= 0; i--)
