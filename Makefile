@@ -11,7 +11,7 @@ CMAKE_FLAGS ?=
 VENV        := $(BUILD)/venv
 VENV_PY     := $(abspath $(VENV))/bin/python
 
-.PHONY: all build test run asan tsan werror test-cuda test-aarch64 aarch64-tools install clean
+.PHONY: all build test run asan tsan werror test-cuda test-aarch64 aarch64-tools install clean distclean
 
 all: build
 
@@ -115,5 +115,11 @@ install:
 	cmake --build $(INSTALL_BUILD) -j $(JOBS)
 	cmake --install $(INSTALL_BUILD) $(if $(PREFIX),--prefix $(PREFIX))
 
+# clean keeps the test venv ($(BUILD)/venv: the downloads of a few GB that `make test` would make
+# again); distclean removes it too.
 clean:
-	rm -rf $(BUILD) $(BUILD)-install $(BUILD)-asan $(BUILD)-tsan $(BUILD)-werror $(BUILD)-cuda $(BUILD)-aarch64
+	if [ -d $(BUILD) ]; then find $(BUILD) -mindepth 1 -maxdepth 1 ! -name venv -exec rm -rf {} +; fi
+	rm -rf $(BUILD)-install $(BUILD)-asan $(BUILD)-tsan $(BUILD)-werror $(BUILD)-cuda $(BUILD)-aarch64
+
+distclean: clean
+	rm -rf $(BUILD)
