@@ -2,7 +2,9 @@
 torch.library operator (torch.ops.ropepool.rope_pool_fused, as ropepool.torch_op.call_op calls it,
 and its out overload), at decode size (T = 1 by default), on the CPU or a CUDA device. The operator
 runs its C++ kernel where ropepool._ropepool_torch is built (torch_op.KERNEL); the same schema with
-the Python kernel is timed beside it (ropepool_python::rope_pool_fused).
+the Python kernel is timed beside it (ropepool_python::rope_pool_fused), and, where torch can build a
+C++ extension here, with a kernel that does nothing (ropepool_noop::rope_pool_fused): torch's own
+cost of calling an operator of this schema, which the operator pays on top of the direct call.
 
 Both paths run on the same tensors in interleaved rounds; each round times `calls` back-to-back
 calls of one path (CUDA: then synchronises, so the figure is the host's cost per call while the GPU
@@ -34,6 +36,48 @@ def python_kernel_operator():
     return torch.ops.ropepool_python.rope_pool_fused
 
 
+# A boxed C++ kernel that does nothing but drop its arguments: the operator's schema with it is
+# torch's own cost of an operator call from Python (parsing the arguments against the schema,
+# the dispatcher, the autograd and ADInplaceOrView fallbacks), without ropepool's.
+NOOP_SOURCE = r"""
+#include <torch/library.h>
+namespace {
+void noop(const c10::OperatorHandle &op, torch::jit::Stack *stack)
+{
+    torch::jit::drop(*stack, op.schema().arguments().size());
+    for (size_t i = 0; i < op.schema().returns().size(); i++)
+        stack->emplace_back(at::Tensor()); /* the default overload's two results, undefined */
+}
+}
+void register_noop(const std::string &name)
+{
+    for (auto key : {c10::DispatchKey::CPU, c10::DispatchKey::CUDA}) {
+        auto *library = new torch::Library(torch::Library::IMPL, "ropepool_noop", key, __FILE__, __LINE__);
+        library->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&noop>());
+    }
+}
+"""
+
+
+def noop_kernel_operator():
+    """The operator's schema with a C++ kernel that does nothing, as ropepool_noop::rope_pool_fused,
+    or None (with the reason printed) where torch cannot build a C++ extension here."""
+    try:
+        from torch.utils.cpp_extension import load_inline
+
+        module = load_inline("ropepool_noop_kernel", cpp_sources=NOOP_SOURCE, functions=["register_noop"],
+                             extra_cflags=["-O2"])
+    except Exception as e:  # no compiler, no ninja, no headers: the row is left out
+        print(f"(the no-op kernel row is left out: building it failed: {str(e).splitlines()[0][:200]})")
+        return None
+    lib = torch.library.Library("ropepool_noop", "DEF")
+    for name, schema in torch_op.SCHEMAS.items():
+        lib.define(name + schema)
+        module.register_noop(name)
+    noop_kernel_operator.lib = lib
+    return torch.ops.ropepool_noop.rope_pool_fused
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
@@ -58,6 +102,7 @@ def main():
     kw = dict(head_dim=d, num_qo_heads=hq, num_kv_heads=hk, rope_base=500000.0)
     q_out, k_out = torch.empty_like(q), torch.empty_like(k)
     python_op = python_kernel_operator()
+    noop_op = noop_kernel_operator()
     arrays = (q, k, v, positions, slots, k_pool, v_pool)
     outs = dict(q_out=q_out, k_out=k_out)
     paths = {
@@ -69,6 +114,9 @@ def main():
         f"op.out, {torch_op.KERNEL} kernel": lambda: torch_op.rope_pool_fused.out(*arrays, **kw, **outs),
         "op.out, Python kernel": lambda: python_op.out(*arrays, **kw, **outs),
     }
+    if noop_op is not None:
+        paths["op, a C++ kernel that does nothing"] = lambda: noop_op.default(*arrays, **kw)
+        paths["op.out, a C++ kernel that does nothing"] = lambda: noop_op.out(*arrays, **kw, **outs)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     times = {name: [] for name in paths}
     for name, fn in paths.items():  # warm up: first-call lookups, caches, the CUDA context
