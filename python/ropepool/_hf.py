@@ -7,6 +7,7 @@ transformers' float32 arithmetic: the one implementation of the formulas, shared
 ``hf_rope_kwargs`` adds the pair style (libropepool's ``rp_hf_rope_style`` table) and mRoPE.
 """
 
+import copy
 import math
 from collections.abc import Mapping
 
@@ -165,11 +166,8 @@ def _rope_parameters(text, model_type, layer_type):
     theta = _field(text, "rope_theta")
     if not params and model_type in _DEFAULT_ROPE:
         params = dict(_DEFAULT_ROPE[model_type])
-    if model_type in _GEMMA3 and not _is_nested(params):
-        full = {"rope_type": "default", **params}
-        full.setdefault("rope_theta", theta if theta is not None else 1e6)
-        local = {"rope_type": "default", "rope_theta": _field(text, "rope_local_base_freq", 1e4)}
-        params = {"full_attention": full, "sliding_attention": local}
+    if model_type in _GEMMA3:
+        params = _gemma3_ropes(text, theta)
     if _is_nested(params):
         if layer_type is None or layer_type not in params:
             raise _error(
@@ -206,10 +204,46 @@ def _rope_parameters(text, model_type, layer_type):
     return params
 
 
+def _gemma3_ropes(text, theta):
+    """Gemma 3's two ropes as Gemma3TextConfig.convert_rope_params_to_dict builds them: each layer
+    type's own dict from rope_parameters (default where absent), the older rope_scaling merged
+    into full attention's, theta from rope_theta (1e6) and rope_local_base_freq (1e4) where the
+    dicts have none. A flat rope_parameters (no layer types) is refused: transformers keeps its
+    keys beside the two ropes it builds and reads none of them, so its full-attention layers run
+    the default rope at rope_theta, whatever the flat dict asks for."""
+    ropes = _as_dict(_field(text, "rope_parameters"), "rope_parameters")
+    stray = sorted(k for k in ropes if k not in ("full_attention", "sliding_attention"))
+    if stray:
+        raise _error(f"this {_field(text, 'model_type', 'gemma3')} config's rope_parameters has keys outside its layer "
+                     f"types ({', '.join(map(str, stray))}), which transformers' Gemma3TextConfig ignores: nest them "
+                     "under 'full_attention' or 'sliding_attention' (or spell them as rope_scaling, which it "
+                     "applies to full attention)")
+    layers = {}
+    for layer_type, base in (("full_attention", 1e6 if theta is None else theta),
+                             ("sliding_attention", _field(text, "rope_local_base_freq", 1e4))):
+        rope = dict(_as_dict(ropes.get(layer_type), f"rope_parameters['{layer_type}']") or {"rope_type": "default"})
+        if layer_type == "full_attention":
+            rope.update(_as_dict(_field(text, "rope_scaling"), "rope_scaling"))
+        rope.setdefault("rope_theta", base)
+        layers[layer_type] = rope
+    return layers
+
+
 def _head_and_rotary_dim(text, model_type, params):
     rope_head_dim = _field(text, "qk_rope_head_dim")
     if rope_head_dim is not None:  # DeepSeek MLA: only the qk_rope_head_dim part is rotated
         rope_head_dim = _integer(rope_head_dim, "qk_rope_head_dim")
+        if params["rope_type"] not in ("default", "proportional"):
+            # transformers' scaled ropes build int(head_dim * partial_rotary_factor) / 2 frequencies
+            # (head_dim is qk_rope_head_dim in DeepSeek-V3's config, the whole q head in Mistral 4's,
+            # whose factor takes it back to qk_rope_head_dim); any other width is a table its MLA
+            # attention cannot apply to the qk_rope_head_dim dims it rotates
+            head_dim = _integer(_field(text, "head_dim", rope_head_dim), "head_dim")
+            factor = _number(params.get("partial_rotary_factor", 1.0), "partial_rotary_factor")
+            if int(head_dim * factor) != rope_head_dim:
+                raise _error(f"config partial_rotary_factor {factor} of head_dim {head_dim} gives int({head_dim} * "
+                             f"{factor}) = {int(head_dim * factor)} rotary dims for rope type '{params['rope_type']}', "
+                             f"but multi-head latent attention rotates qk_rope_head_dim = {rope_head_dim}")
         return rope_head_dim, rope_head_dim
     head_dim = _field(text, "kv_channels") if model_type == "chatglm" else _field(text, "head_dim")
     if head_dim is None:
@@ -240,16 +274,28 @@ def _as_transformers_config(config):
     """A config.json dict as transformers' config class reads it, where transformers is installed
     and knows its model_type: every default the dict leaves out is then the class's (Qwen3's and
     Gemma's head_dim, Qwen3-Next's and Nemotron's partial_rotary_factor, gpt-oss's YaRN). The dict
-    itself otherwise (not installed, an unknown model type, a config the class refuses), or an
-    object as given."""
+    itself otherwise (not installed, a model type it does not know), or an object as given.
+
+    Returns (config, refusal): refusal is the class's error where it refuses the dict (a short
+    factor list of the wrong length, heads that do not divide hidden_size...); _read raises it
+    unless it refuses the config itself first: transformers cannot load such a checkpoint, so no
+    table of ropepool's can be the one it runs."""
     if not isinstance(config, Mapping) or not isinstance(config.get("model_type"), str):
-        return config
+        return config, None
     try:
         from transformers import AutoConfig
-
-        return AutoConfig.for_model(**config)
-    except Exception:  # not installed, a model type it does not know, a config it refuses
-        return config
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    except Exception:  # not installed, or one too old to have this layout
+        return config, None
+    if config["model_type"] not in CONFIG_MAPPING:
+        return config, None
+    try:
+        # a deep copy: the class fills rope_theta, rope_type and more into the rope dicts it is given,
+        # which are the caller's
+        return AutoConfig.for_model(**copy.deepcopy(config)), None
+    except Exception as e:
+        message = " ".join(str(e).split())
+        return config, f"transformers' {CONFIG_MAPPING[config['model_type']].__name__} refuses this config: {message}"
 
 
 def _layer_config(text, model_type, layer_type):
@@ -317,7 +363,7 @@ def _read(config, seq_len, layer_type):
     if config is None or isinstance(config, (str, bytes, bool, int, float, list, tuple, np.ndarray)):
         raise _error("config must be a model's config.json as a dict or a transformers PretrainedConfig, got "
                      f"{type(config).__name__}")
-    config = _as_transformers_config(config)
+    config, refusal = _as_transformers_config(config)
     text = _text_config(config)
     model_type = _model_type(config, text)
     if model_type == "falcon" and _field(text, "alibi", False):
@@ -361,9 +407,11 @@ def _read(config, seq_len, layer_type):
         raise _error("rope type 'dynamic' needs max_position_embeddings, which the config does not have")
     if rope_type in ("yarn", "longrope", "llama3"):
         # transformers' standardisation: a top-level original_max_position_embeddings wins (Phi-3),
-        # then the rope's own, then max_position_embeddings.
-        orig = _field(text, "original_max_position_embeddings",
-                      params.get("original_max_position_embeddings", max_pos))
+        # then the rope's own, then max_position_embeddings; with one rope per layer type the
+        # top-level one is never read (its nested branch only defaults each rope's to max_pos).
+        orig = params.get("original_max_position_embeddings", max_pos)
+        if layer_type is None:
+            orig = _field(text, "original_max_position_embeddings", orig)
         if orig is None:
             raise _error(f"rope type '{rope_type}' needs original_max_position_embeddings (or "
                          "max_position_embeddings), which the config does not have")
@@ -396,6 +444,9 @@ def _read(config, seq_len, layer_type):
                                             "rope_parameters['low_freq_factor']")
         fields["high_freq_factor"] = _number(_required(params, rope_type, "high_freq_factor"),
                                              "rope_parameters['high_freq_factor']")
+    if refusal is not None:
+        _rope_interleave(text)  # ropepool's own message first, naming the field, where it refuses one
+        raise _error(refusal)
     return text, model_type, params, fields
 
 
@@ -406,8 +457,8 @@ def hf_rope_parameters(config, *, seq_len=None, layer_type=None):
     with those attributes); a multimodal config's ``text_config``, where present, is the one read.
     A dict is read as transformers' config class reads it where transformers is installed and
     knows its model_type (the class's defaults for what it leaves out: Qwen3's head_dim 128,
-    Qwen3-Next's partial_rotary_factor, gpt-oss's YaRN); else as written, head_dim defaulting to
-    hidden_size // num_attention_heads.
+    Qwen3-Next's partial_rotary_factor, gpt-oss's YaRN), and a dict the class refuses is refused
+    with its message; else as written, head_dim defaulting to hidden_size // num_attention_heads.
     seq_len: the sequence length served, for rope types that depend on it (dynamic: past
     max_position_embeddings the base grows, as transformers' runtime update does; longrope: long
     factors past original_max_position_embeddings). layer_type: for configs with one rope per layer

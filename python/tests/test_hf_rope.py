@@ -194,7 +194,9 @@ def test_a_config_that_is_no_config_is_named(ropepool, config):
 
 @pytest.mark.parametrize("fields, message", [
     (dict(hidden_size=4096, num_attention_heads=0), "config num_attention_heads must be an integer in [1, 2^62], got 0"),
-    (dict(hidden_size="4096", num_attention_heads=32), None),  # int("4096") as transformers would
+    # transformers 5's strict LlamaConfig refuses a string (it cannot load such a checkpoint)
+    (dict(hidden_size="4096", num_attention_heads=32), "transformers' LlamaConfig refuses this config: "
+     "Validation error for field 'hidden_size': TypeError: Field 'hidden_size' expected int, got str (value: '4096')"),
     (dict(hidden_size="big", num_attention_heads=32), "config hidden_size must be an integer, got 'big'"),
     (dict(head_dim=128, partial_rotary_factor=float("nan")), "config partial_rotary_factor must be finite, got nan"),
     (dict(head_dim=128, rope_theta="x"), "config rope_theta must be a number, got 'x'"),
@@ -205,9 +207,8 @@ def test_unreadable_config_fields_are_named(ropepool, fields, message):
     """Python's bare ZeroDivisionError, ValueError or OverflowError said nothing about the config."""
     config = dict(model_type="llama", rope_theta=1e4, **fields) if "rope_theta" not in fields else \
         dict(model_type="llama", **fields)
-    if message is None:
-        assert ropepool.hf_rope_kwargs(config)["rotary_dim"] == 128
-        return
+    if message.startswith("transformers'"):
+        pytest.importorskip("transformers")
     with pytest.raises(ropepool.RopePoolError) as info:
         ropepool.hf_rope_kwargs(config)
     assert str(info.value) == message
@@ -484,8 +485,10 @@ def test_mla_families_copying_deepseek_v3_follow_rope_interleave(ropepool, model
                                "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096}}
     if interleave is not None:
         config["rope_interleave"] = interleave
-    kw = ropepool.hf_rope_kwargs(config)
     want = ropepool.hf_rope_kwargs(dict(config, model_type="deepseek_v3"))
+    if model_type == "mistral4":  # its head_dim is the whole q head: the factor takes it to the rope part
+        config["rope_scaling"] = dict(config["rope_scaling"], partial_rotary_factor=64 / 192)
+    kw = ropepool.hf_rope_kwargs(config)
     assert kw["is_neox"] is is_neox and want["is_neox"] is is_neox and kw["rotary_dim"] == 64
     assert np.array_equal(kw["inv_freq"], want["inv_freq"]) and kw["attention_scaling"] == want["attention_scaling"]
 
@@ -767,3 +770,95 @@ def test_readme_serving_example_runs_as_written(ropepool):
     assert np.array_equal(namespace["k_pool"][namespace["slots"]], namespace["k_rot"])
     assert np.array_equal(namespace["gq_rot"][..., 64:], namespace["gq"][..., 64:])  # passed through
     assert not np.array_equal(namespace["gq_rot"][1:, :, :64], namespace["gq"][1:, :, :64])
+
+
+# ---- found by a differential fuzzer against transformers 5.25's rotary modules --------------------
+
+GEMMA3_TEXT = dict(model_type="gemma3_text", hidden_size=1024, num_attention_heads=8, head_dim=64,
+                   max_position_embeddings=512)
+
+
+def test_gemma3_flat_rope_parameters_are_refused_as_transformers_ignores_them(ropepool):
+    """Gemma3TextConfig builds its two ropes beside a flat rope_parameters and reads none of its keys:
+    full attention ran the default rope at theta 1e6, while ropepool served the flat dict's
+    (3075409 here: every frequency but the first millions of ulps away)."""
+    config = dict(GEMMA3_TEXT, rope_parameters={"rope_type": "default", "rope_theta": 3075409.0})
+    for form in (config, as_object(config)):
+        with pytest.raises(ropepool.RopePoolError, match=r"rope_parameters has keys outside its layer types "
+                                                         r"\(rope_theta, rope_type\)"):
+            ropepool.hf_rope_parameters(form, layer_type="full_attention")
+
+
+def test_gemma3_nested_rope_without_theta_takes_gemma3s_defaults(ropepool):
+    """Gemma3TextConfig gives a layer type's dict without rope_theta 1e6 (full) or
+    rope_local_base_freq (sliding); ropepool gave both the generic 10000 to a config read as written."""
+    config = dict(GEMMA3_TEXT, rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0},
+                                                "sliding_attention": {"rope_type": "default"}},
+                  rope_local_base_freq=5e4)
+    f32 = np.float32
+    for form in (as_object(config), config):
+        full, _ = ropepool.hf_rope_parameters(form, layer_type="full_attention")
+        local, _ = ropepool.hf_rope_parameters(form, layer_type="sliding_attention")
+        assert full[1] == f32(f32(1) / f32(1e6 ** float(f32(2) / f32(64)))) / f32(2)
+        assert local[1] == f32(f32(1) / f32(5e4 ** float(f32(2) / f32(64))))
+
+
+def test_per_layer_longrope_reads_its_own_original_length_not_the_top_level_one(ropepool):
+    """With one rope per layer type transformers never reads a top-level
+    original_max_position_embeddings (its nested standardisation defaults each rope's to
+    max_position_embeddings): seq_len 4096 > 512 takes the long factors; ropepool took the top-level
+    4096 and served the short ones."""
+    short, long = [1.0] * 32, [float(4 + j) for j in range(32)]
+    rope = {"rope_type": "longrope", "short_factor": short, "long_factor": long}
+    config = dict(GEMMA3_TEXT, original_max_position_embeddings=4096,
+                  rope_parameters={"full_attention": rope, "sliding_attention": {"rope_type": "default"}})
+    inv_freq, scaling = ropepool.hf_rope_parameters(config, seq_len=4096, layer_type="full_attention")
+    no_top = {k: v for k, v in config.items() if k != "original_max_position_embeddings"}
+    want, want_scaling = ropepool.hf_rope_parameters(no_top, seq_len=4096, layer_type="full_attention")
+    assert np.array_equal(inv_freq, want) and scaling == want_scaling
+    assert inv_freq[1] < ropepool.hf_rope_parameters(no_top, seq_len=512, layer_type="full_attention")[0][1]
+
+
+def test_a_config_transformers_refuses_is_refused_with_its_message(ropepool):
+    """Phi3Config sizes short_factor by hidden_size // num_attention_heads (144 here, 72 factors),
+    not head_dim: transformers cannot load this checkpoint, and ropepool served it, reading the
+    dict as written."""
+    pytest.importorskip("transformers")
+    config = dict(model_type="phi3", hidden_size=288, num_attention_heads=2, head_dim=72,
+                  max_position_embeddings=131072, rope_theta=1e4,
+                  rope_scaling=dict(rope_type="longrope", short_factor=[1.0] * 36, long_factor=[2.0] * 36,
+                                    original_max_position_embeddings=4096))
+    with pytest.raises(ropepool.RopePoolError, match=r"transformers' Phi3Config refuses this config: .*short_factor "
+                                                     r"field must have length 72, got 36"):
+        ropepool.hf_rope_parameters(config)
+
+
+@pytest.mark.parametrize("model_type, extra, width", [
+    ("deepseek_v3", {"partial_rotary_factor": 0.5}, 32),
+    # Mistral4Config's factor is set only without rope_scaling: with one, its YaRN table spans the
+    # whole 192-dim q head, and its attention fails on the 64 dims of q_pe
+    ("mistral4", {}, 192),
+])
+def test_mla_scaled_rope_narrower_or_wider_than_qk_rope_head_dim_is_refused(ropepool, model_type, extra, width):
+    """transformers' scaled ropes build int(head_dim * partial_rotary_factor) / 2 frequencies; an MLA
+    attention rotates qk_rope_head_dim dims and cannot apply another width. ropepool served a full
+    qk_rope_head_dim table that transformers never builds."""
+    config = dict(model_type=model_type, hidden_size=2048, num_attention_heads=16, qk_rope_head_dim=64,
+                  qk_nope_head_dim=128, kv_lora_rank=512, max_position_embeddings=131072, rope_theta=1e4,
+                  rope_scaling=dict(type="yarn", factor=32.0, original_max_position_embeddings=4096, **extra))
+    with pytest.raises(ropepool.RopePoolError, match=rf"= {width} rotary dims for rope type 'yarn', but multi-head "
+                                                     r"latent attention rotates qk_rope_head_dim = 64"):
+        ropepool.hf_rope_kwargs(config)
+
+
+def test_reading_a_config_dict_leaves_it_as_it_was(ropepool):
+    """transformers' config class fills rope_theta, rope_type and original_max_position_embeddings
+    into the rope dict it is handed: hf_rope_parameters wrote them into the caller's config."""
+    pytest.importorskip("transformers")
+    config = dict(LLAMA, rope_scaling={"type": "yarn", "factor": 4.0},
+                  rope_parameters=None)
+    config.pop("rope_parameters")
+    before = json.dumps(config, sort_keys=True)
+    ropepool.hf_rope_kwargs(config)
+    ropepool.hf_rope_parameters(config)
+    assert json.dumps(config, sort_keys=True) == before
