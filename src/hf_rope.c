@@ -359,12 +359,16 @@ static rp_status hf_rope_frequencies(const rp_hf_rope_params *params, double *in
 
 /* ---- pair styles ------------------------------------------------------------------------------ */
 
+/* The style of a model whose attention asks `if config.rope_interleave:`: GPT-J pairs, unless the
+ * config sets rope_interleave false (rotate_half). */
+enum { HF_FOLLOWS_INTERLEAVE = -1 };
+
 /* Read from each model's modeling code in transformers 5 (rotate_half on halves = NeoX; even/odd
  * pairs, rotate_every_two, repeat_interleave'd cos/sin or view_as_complex = GPT-J), except
  * chatglm, which transformers does not ship: THUDM's remote code pairs adjacent channels. */
 static const struct hf_style_entry {
     const char *model_type;
-    int32_t style;
+    int32_t style; /* an rp_rope_style, or HF_FOLLOWS_INTERLEAVE */
 } hf_styles[] = {
     {"llama", RP_ROPE_NEOX},        {"mistral", RP_ROPE_NEOX},       {"mixtral", RP_ROPE_NEOX},
     {"qwen2", RP_ROPE_NEOX},        {"qwen2_moe", RP_ROPE_NEOX},     {"qwen3", RP_ROPE_NEOX},
@@ -390,10 +394,13 @@ static const struct hf_style_entry {
     {"glm4", RP_ROPE_GPTJ},         {"cohere", RP_ROPE_GPTJ},        {"cohere2", RP_ROPE_GPTJ},
     {"chatglm", RP_ROPE_GPTJ},      {"deepseek_v2", RP_ROPE_GPTJ},   {"ernie4_5", RP_ROPE_GPTJ},
     {"helium", RP_ROPE_GPTJ},
-    /* GPT-J pairs unless the config sets rope_interleave false (hf_reads_interleave). */
-    {"deepseek_v3", RP_ROPE_GPTJ},  {"kimi_k2", RP_ROPE_GPTJ},       {"sarvam_mla", RP_ROPE_GPTJ},
-    {"glm4_moe_lite", RP_ROPE_GPTJ}, {"mistral4", RP_ROPE_GPTJ},     {"axk1", RP_ROPE_GPTJ},
-    {"youtu", RP_ROPE_GPTJ},
+    /* DeepSeek-V3 and the MLA families that copy its attention. Kimi-K2's config.json names
+     * kimi_k2, which transformers reads as deepseek_v3 (Kimi_K25Config renames it); sarvam_mla runs
+     * DeepseekV3Model. */
+    {"deepseek_v3", HF_FOLLOWS_INTERLEAVE},   {"kimi_k2", HF_FOLLOWS_INTERLEAVE},
+    {"sarvam_mla", HF_FOLLOWS_INTERLEAVE},    {"glm4_moe_lite", HF_FOLLOWS_INTERLEAVE},
+    {"mistral4", HF_FOLLOWS_INTERLEAVE},      {"axk1", HF_FOLLOWS_INTERLEAVE},
+    {"youtu", HF_FOLLOWS_INTERLEAVE},
     /* DeepSeek-V3's MLA whose attention calls apply_rotary_pos_emb_interleave unconditionally (their
      * config classes drop rope_interleave): GPT-J pairs on qk_rope_head_dim whatever the config says.
      * The DSA indexers of deepseek_v32 and axk2 rotate halves of their own keys, a cache apart. */
@@ -402,19 +409,6 @@ static const struct hf_style_entry {
     /* MLA with rotate_half (MiniCPM3Attention calls apply_rotary_pos_emb). */
     {"minicpm3", RP_ROPE_NEOX},
 };
-
-/* The model types whose attention asks `if config.rope_interleave:` (false: rotate_half): DeepSeek-V3
- * and the MLA families that copy its attention. Kimi-K2's config.json names kimi_k2, which
- * transformers reads as deepseek_v3 (Kimi_K25Config renames it); sarvam_mla runs DeepseekV3Model. */
-static int hf_reads_interleave(const char *model_type)
-{
-    static const char *const readers[] = {"deepseek_v3", "kimi_k2", "sarvam_mla", "glm4_moe_lite",
-                                          "mistral4", "axk1", "youtu"};
-    for (size_t i = 0; i < sizeof readers / sizeof readers[0]; i++)
-        if (strcmp(model_type, readers[i]) == 0)
-            return 1;
-    return 0;
-}
 
 rp_status rp_hf_rope_style(const char *model_type, int32_t rope_interleave, int32_t *style,
                            char *errbuf, size_t errbuf_size)
@@ -428,8 +422,8 @@ rp_status rp_hf_rope_style(const char *model_type, int32_t rope_interleave, int3
     for (size_t i = 0; i < sizeof hf_styles / sizeof hf_styles[0]; i++)
         if (strcmp(model_type, hf_styles[i].model_type) == 0) {
             *style = hf_styles[i].style;
-            if (hf_reads_interleave(model_type) && rope_interleave == 0)
-                *style = RP_ROPE_NEOX;
+            if (*style == HF_FOLLOWS_INTERLEAVE)
+                *style = rope_interleave == 0 ? RP_ROPE_NEOX : RP_ROPE_GPTJ;
             return RP_OK;
         }
     return rp_fail(&err, RP_ERR_UNSUPPORTED,
