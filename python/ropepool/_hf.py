@@ -50,10 +50,18 @@ _DEFAULT_ROPE = {
         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
         "full_attention": {"rope_type": "proportional", "rope_theta": 1e6, "partial_rotary_factor": 0.25}}),
 }
-# head_dim where the config class's default is not hidden_size // num_attention_heads.
+# head_dim where the config class's default is not hidden_size // num_attention_heads, and
+# qk_rope_head_dim of the MLA classes (transformers 5.25): a dict read as written (transformers
+# not installed) that leaves them out gets what the class would give it.
 _DEFAULT_HEAD_DIM = {
-    "qwen3": 128, "qwen3_vl": 128, "qwen3_vl_text": 128, "gemma": 256, "gemma2": 256, "gemma3": 256,
-    "gemma3_text": 256, "gpt_oss": 64,
+    "qwen3": 128, "qwen3_vl": 128, "qwen3_vl_text": 128, "qwen3_vl_moe": 128,
+    "gemma": 256, "gemma2": 256, "gemma3": 256, "gemma3_text": 256, "gpt_oss": 64, "seed_oss": 128,
+    "lfm3": 128, "glm": 128, "glm4": 128, "ernie4_5": 128, "helium": 128,
+}
+_DEFAULT_QK_ROPE_HEAD_DIM = {
+    **dict.fromkeys(("deepseek_v2", "deepseek_v3", "kimi_k2", "sarvam_mla", "glm4_moe_lite", "mistral4", "axk1",
+                     "youtu", "longcat_flash", "deepseek_v32", "glm_moe_dsa", "hy_v4", "bailing_hybrid"), 64),
+    "axk2": 32, "minicpm3": 32,
 }
 _DEFAULT_PARTIAL = {
     "phi": 0.5, "stablelm": 0.25, "gpt_neox": 0.25, "glm": 0.5, "glm4": 0.5, "glm4_moe": 0.5,
@@ -230,7 +238,7 @@ def _gemma3_ropes(text, theta):
 
 
 def _head_and_rotary_dim(text, model_type, params):
-    rope_head_dim = _field(text, "qk_rope_head_dim")
+    rope_head_dim = _field(text, "qk_rope_head_dim", _DEFAULT_QK_ROPE_HEAD_DIM.get(model_type))
     if rope_head_dim is not None:  # DeepSeek MLA: only the qk_rope_head_dim part is rotated
         rope_head_dim = _integer(rope_head_dim, "qk_rope_head_dim")
         if params["rope_type"] not in ("default", "proportional"):

@@ -182,6 +182,35 @@ def test_a_dict_gets_its_config_class_defaults(ropepool, model_type):
     assert np.array_equal(inv_freq, ropepool.hf_rope_parameters(cls_config)[0])
 
 
+def test_a_dict_read_as_written_gets_the_class_defaults_of_every_known_family(ropepool):
+    """Without transformers, a dict is read as written, ropepool's own table standing in for the
+    class defaults it leaves out: GLM's and Helium's head_dim 128 (not hidden_size // heads), the
+    MLA classes' qk_rope_head_dim. They were missing for 19 families, whose tables came out
+    full-head. Read as written (an object) against read through the class, for every model type
+    of the style table that this transformers knows, a minimal config each."""
+    pytest.importorskip("transformers")
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    checked, differ = 0, []
+    for model_type in CONFIG_MAPPING:
+        try:
+            ropepool._ropepool._hf_rope_style(model_type, -1)
+        except ropepool.RopePoolError:
+            continue  # not in the style table
+        config = dict(model_type=model_type, hidden_size=1024, num_attention_heads=4, num_key_value_heads=4,
+                      max_position_embeddings=4096)
+        try:
+            by_class = ropepool.hf_rope_parameters(config)
+        except ropepool.RopePoolError:
+            continue  # needs more than this minimal config (a layer type, a vision part)
+        as_written = ropepool.hf_rope_parameters(as_object(config))
+        checked += 1
+        if not (np.array_equal(by_class[0], as_written[0]) and by_class[1] == as_written[1]):
+            differ.append(f"{model_type}: {len(as_written[0])} frequencies as written, {len(by_class[0])} by its class")
+    assert checked >= 40, f"only {checked} model types were read"
+    assert not differ, "; ".join(differ)
+
+
 @pytest.mark.parametrize("config", [None, "meta-llama/Llama-3.1-8B", ["llama"], 4096])
 def test_a_config_that_is_no_config_is_named(ropepool, config):
     """None, a model name or a list read as a config without fields: the message said it had
