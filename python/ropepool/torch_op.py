@@ -136,12 +136,31 @@ def _refuse_shape_dependent_views(written):
                 "cache, a module buffer, or the pool itself as the function's input)")
 
 
-def _trace_checks(q, k, v, positions, slots, k_pool, v_pool, **keywords):
-    """What the fake kernels refuse: autograd (above), then shape-dependent views."""
+def _check_autograd(q, k, v, positions, slots, k_pool, v_pool, **keywords):
+    """The binding's autograd refusal on the operator's arguments (also the Autograd kernel's)."""
     read = dict(q=q, k=k, v=v, **{name: keywords.get(name) for name in _READ})
     written = dict(k_pool=k_pool, v_pool=v_pool, **{name: keywords.get(name) for name in _WRITTEN})
     _ropepool._check_autograd(read, written)
-    _refuse_shape_dependent_views(written)
+    return written
+
+
+def _trace_checks(*args, **keywords):
+    """What the fake kernels refuse: autograd (above), then shape-dependent views."""
+    _refuse_shape_dependent_views(_check_autograd(*args, **keywords))
+
+
+# The Autograd kernel. Under torch.func.grad, vjp or jacrev the device kernel sees the transform's
+# unwrapped tensors, which do not require grad, so the binding's refusal never fired: the operator
+# ran and torch's autograd fallback gave zero gradients (with a warning). At the Autograd key the
+# tensors are still the ones autograd tracks; refused there, the call goes on below autograd.
+# (The native kernel's twin is native.cpp's autograd_kernel.)
+def _autograd_kernel(overload):
+    def kernel(keys, *args, **keywords):
+        if torch.is_grad_enabled():
+            _check_autograd(*args, **keywords)
+        return overload.redispatch(keys & torch._C._after_autograd_keyset, *args, **keywords)
+
+    return kernel
 
 
 def _fake(q, k, *args, **keywords):
@@ -189,9 +208,11 @@ def _define():
         if native is None:
             for key in KERNEL_KEYS:
                 lib.impl(name, impl, key)
+            overload = getattr(torch.ops.ropepool.rope_pool_fused, name.partition(".")[2] or "default")
+            lib.impl(name, _autograd_kernel(overload), "Autograd", with_keyset=True)
         torch.library.register_fake("ropepool::" + name, fake, lib=lib)
     if native is not None:
-        native.register_kernels(_ropepool.rope_pool_fused, tuple(SCHEMAS), KERNEL_KEYS)
+        native.register_kernels(_ropepool.rope_pool_fused, _check_autograd, tuple(SCHEMAS), KERNEL_KEYS)
     KERNEL = "python" if native is None else "native"
     _define.lib = lib  # the registrations live as long as the library object
 

@@ -482,6 +482,35 @@ def test_compiled_call_refuses_what_requires_grad_as_eager_does(ropepool, grad):
         torch.compile(step, fullgraph=True, backend="aot_eager")(q, k, v, positions, slots, k_pool, v_pool)
 
 
+@pytest.mark.parametrize("transform", ["grad", "vjp", "jacrev"])
+@pytest.mark.parametrize("overload", ["default", "out"])
+def test_operator_under_a_torch_func_transform_refuses_what_requires_grad(ropepool, transform, overload):
+    """Under torch.func.grad, vjp and jacrev the operator's device kernel sees the transform's
+    unwrapped tensors, which do not require grad: it ran, and the gradient through q_rot came back
+    as zeros (torch's autograd fallback only warned). Refused now with the direct call's message,
+    nothing written; with the transform's tensors not requiring grad it still runs."""
+    p = problem("cpu", T=2, Hq=2, Hk=1, D=16, P=8)
+    kw = p.kwargs()
+    _, k, v, positions, slots, k_pool, v_pool = p.arrays()
+    outs = dict(q_out=torch.zeros_like(p.q), k_out=torch.zeros_like(p.k)) if overload == "out" else {}
+    before = [x.clone() for x in (k_pool, v_pool, *outs.values())]
+
+    def rotated(q):
+        got = torch.ops.ropepool.rope_pool_fused(q, k, v, positions, slots, k_pool, v_pool, **kw, **outs)
+        return (got if overload == "default" else [outs["q_out"]])[0]
+
+    apply = {"grad": lambda f, x: torch.func.grad(lambda x: f(x).sum())(x),
+             "vjp": lambda f, x: torch.func.vjp(f, x)[1](torch.ones_like(x)),
+             "jacrev": lambda f, x: torch.func.jacrev(f)(x)}[transform]
+    with pytest.raises(ropepool.RopePoolError, match=r"^q requires grad, but rope_pool_fused has no backward"):
+        apply(rotated, p.q.clone())
+    assert all(torch.equal(x, b) for x, b in zip((k_pool, v_pool, *outs.values()), before))
+    with pytest.raises(ropepool.RopePoolError, match=r"^q requires grad, but rope_pool_fused has no backward"):
+        rotated(p.q.clone().requires_grad_())  # the plain autograd call, as before
+    with torch.no_grad():
+        assert torch.equal(rotated(p.q), ropepool.rope_pool_fused(*p.arrays(), **kw)[0])
+
+
 def test_importing_ropepool_before_torch_still_compiles_without_a_graph_break(ropepool):
     script = """
 import ropepool, sys

@@ -274,12 +274,14 @@ PyObject *const *argument_names(const c10::FunctionSchema &schema)
     return made.back().second.data();
 }
 
-void kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack)
+/* callable(*arguments) for the operator's arguments on the stack (left there): the keyword-only
+ * ones only where they differ from the schema's default. A new reference, or NULL with an
+ * exception; the GIL held. */
+PyObject *call_with_arguments(PyObject *callable, const c10::OperatorHandle &op, const torch::jit::Stack &stack)
 {
     const c10::FunctionSchema &schema = op.schema();
     const std::vector<c10::Argument> &arguments = schema.arguments();
     const size_t num = arguments.size();
-    gil_held gil;
     PyObject *const *argument_name = argument_names(schema);
     /* argv: the positional arguments, then the values of the keywords named in kwnames */
     c10::SmallVector<PyObject *, 40> argv, names; /* 33 arguments at most: no allocation */
@@ -287,7 +289,7 @@ void kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack)
     size_t positional = 0;
     bool ok = argument_name != nullptr;
     for (size_t i = 0; ok && i < num; i++) {
-        const c10::IValue &value = torch::jit::peek(*stack, i, num);
+        const c10::IValue &value = torch::jit::peek(stack, i, num);
         const bool keyword = arguments[i].kwarg_only();
         if (keyword && at_default(arguments[i], value))
             continue;
@@ -305,27 +307,65 @@ void kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack)
         PyTuple_SET_ITEM(kwnames, (Py_ssize_t)i, names[i]);
     }
     if (kwnames != nullptr)
-        result = PyObject_Vectorcall(binding_call, argv.data(), positional, kwnames);
+        result = PyObject_Vectorcall(callable, argv.data(), positional, kwnames);
     for (PyObject *item : argv)
         Py_DECREF(item);
     Py_XDECREF(kwnames);
-    if (result == nullptr) {
-        python_error error; /* torch raises the binding's own exception (RopePoolError, ...) */
-        error.persist();
-        throw error;
-    }
-    torch::jit::drop(*stack, num);
-    push_results(schema, result, stack);
+    return result;
+}
+
+[[noreturn]] void raise_python_error()
+{
+    python_error error; /* torch raises the binding's own exception (RopePoolError, ...) */
+    error.persist();
+    throw error;
+}
+
+void kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack)
+{
+    gil_held gil;
+    PyObject *result = call_with_arguments(binding_call, op, *stack);
+    if (result == nullptr)
+        raise_python_error();
+    torch::jit::drop(*stack, op.schema().arguments().size());
+    push_results(op.schema(), result, stack);
     Py_DECREF(result);
 }
 
-/* register_kernels(binding, names, keys): the kernel above for each operator (ropepool::<name>)
- * under each dispatch key (torch's names), once per process; the operators must be defined
- * already. */
+PyObject *autograd_check; /* ropepool.torch_op._check_autograd, set by register_kernels */
+
+/* The operator's Autograd kernel. The binding refuses a tensor that requires grad while grad mode
+ * is on (the call has no backward), but under torch.func.grad / vjp / jacrev the device kernel
+ * sees the transform's unwrapped tensors, which do not: without this kernel the operator ran
+ * and its gradient came back as zeros (torch's autograd fallback only warns). Here the tensors
+ * are still the ones autograd tracks, so the binding's own check runs on them; then the call goes
+ * on below autograd. Under no_grad nothing is asked (a flag read); inference mode skips the key. */
+void autograd_kernel(const c10::OperatorHandle &op, c10::DispatchKeySet keys, torch::jit::Stack *stack)
+{
+    const size_t num = op.schema().arguments().size();
+    bool requires_grad = false;
+    for (size_t i = 0; at::GradMode::is_enabled() && !requires_grad && i < num; i++) {
+        const c10::IValue &value = torch::jit::peek(*stack, i, num);
+        requires_grad = value.isTensor() && value.toTensor().requires_grad();
+    }
+    if (requires_grad) {
+        gil_held gil;
+        PyObject *result = call_with_arguments(autograd_check, op, *stack);
+        if (result == nullptr)
+            raise_python_error();
+        Py_DECREF(result);
+    }
+    op.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
+}
+
+/* register_kernels(binding, check, names, keys): the kernel above for each operator
+ * (ropepool::<name>) under each dispatch key (torch's names), and autograd_kernel, which calls
+ * check, under Autograd; once per process; the operators must be defined already. */
 PyObject *register_kernels(PyObject *, PyObject *args)
 {
-    PyObject *binding = nullptr, *names = nullptr, *keys = nullptr;
-    if (!PyArg_ParseTuple(args, "OO!O!:register_kernels", &binding, &PyTuple_Type, &names, &PyTuple_Type, &keys))
+    PyObject *binding = nullptr, *check = nullptr, *names = nullptr, *keys = nullptr;
+    if (!PyArg_ParseTuple(args, "OOO!O!:register_kernels", &binding, &check, &PyTuple_Type, &names, &PyTuple_Type,
+                          &keys))
         return nullptr;
     if (binding_call != nullptr) {
         PyErr_SetString(PyExc_RuntimeError, "ropepool's operator kernels are registered already");
@@ -333,8 +373,9 @@ PyObject *register_kernels(PyObject *, PyObject *args)
     }
     try {
         /* Registrations last as long as their Library: these stay for the process's life. */
-        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(keys); k++) {
-            const char *key = PyUnicode_AsUTF8(PyTuple_GET_ITEM(keys, k));
+        for (Py_ssize_t k = 0; k <= PyTuple_GET_SIZE(keys); k++) {
+            const bool autograd = k == PyTuple_GET_SIZE(keys);
+            const char *key = autograd ? "Autograd" : PyUnicode_AsUTF8(PyTuple_GET_ITEM(keys, k));
             if (key == nullptr)
                 return nullptr;
             auto *library = new torch::Library(torch::Library::IMPL, "ropepool", c10::parseDispatchKey(key),
@@ -343,7 +384,10 @@ PyObject *register_kernels(PyObject *, PyObject *args)
                 const char *name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(names, i));
                 if (name == nullptr)
                     return nullptr;
-                library->impl(name, torch::CppFunction::makeFromBoxedFunction<&kernel>());
+                if (autograd)
+                    library->impl(name, torch::CppFunction::makeFromBoxedFunction<&autograd_kernel>());
+                else
+                    library->impl(name, torch::CppFunction::makeFromBoxedFunction<&kernel>());
             }
         }
     } catch (const c10::Error &e) {
@@ -352,12 +396,15 @@ PyObject *register_kernels(PyObject *, PyObject *args)
     }
     Py_INCREF(binding);
     binding_call = binding;
+    Py_INCREF(check);
+    autograd_check = check;
     Py_RETURN_NONE;
 }
 
 PyMethodDef module_methods[] = {
     {"register_kernels", register_kernels, METH_VARARGS,
-     "register_kernels(binding, names, keys): ropepool::<name> under each dispatch key calls binding from C++"},
+     "register_kernels(binding, check, names, keys): ropepool::<name> under each dispatch key calls binding "
+     "from C++, and under Autograd calls check where a tensor requires grad"},
     {nullptr, nullptr, 0, nullptr}};
 
 const rpy_torch_native api = {RPY_TORCH_NATIVE_ABI, describe,       empty_like,   inference_locked,
