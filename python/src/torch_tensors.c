@@ -41,6 +41,8 @@ static PyObject *is_inference_fn;             /* torch.Tensor.is_inference (a me
 static PyObject *inference_mode_fn;           /* torch._C.is_inference_mode_enabled */
 static PyObject *increment_version_fn;        /* torch._C._increment_version (takes a tuple) */
 static PyObject *requires_grad_attr, *is_leaf_attr; /* the getset descriptors, or NULL */
+static PyObject *forward_ad_module;           /* torch.autograd.forward_ad */
+static PyObject *unpack_dual_fn;              /* torch._VF._unpack_dual(tensor, level) */
 
 static PyObject *attr_path(PyObject *obj, const char *dotted)
 {
@@ -116,6 +118,8 @@ static int find_torch(void)
     increment_version_fn = attr_path(torch, "_C._increment_version");
     requires_grad_attr = PyObject_GetAttrString(tensor, "requires_grad");
     is_leaf_attr = PyObject_GetAttrString(tensor, "is_leaf");
+    forward_ad_module = PyImport_ImportModule("torch.autograd.forward_ad");
+    unpack_dual_fn = attr_path(torch, "_VF._unpack_dual");
     PyErr_Clear();
     native = exchange != NULL && allowed("ROPEPOOL_TORCH_NATIVE") ? load_native() : NULL;
     torch_module = torch;
@@ -230,6 +234,33 @@ static int inference_locked(PyObject *obj)
     return mode < 0 ? -1 : !mode;
 }
 
+/* Whether obj carries a forward-mode AD tangent outside inference mode (which turns forward AD
+ * off, as it does autograd); -1 with an exception. Without the native table,
+ * only the innermost dual level's tangent is seen (torch.autograd.forward_ad's current level; the
+ * tangents of a level are cleared when it ends). */
+static int forward_tangent(PyObject *obj)
+{
+    if (native_reads(obj))
+        return native->forward_tangent(obj);
+    if (forward_ad_module == NULL || unpack_dual_fn == NULL)
+        return 0;
+    PyObject *level = PyObject_GetAttrString(forward_ad_module, "_current_level");
+    const long current = level != NULL && PyLong_Check(level) ? PyLong_AsLong(level) : -1;
+    Py_XDECREF(level);
+    PyErr_Clear(); /* a torch without it: nothing to see */
+    const int inference = current < 0 || inference_mode_fn == NULL ? 0 : torch_mode(inference_mode_fn);
+    if (current < 0 || inference != 0)
+        return inference < 0 ? -1 : 0;
+    PyObject *unpacked = PyObject_CallFunction(unpack_dual_fn, "Ol", obj, current);
+    if (unpacked == NULL)
+        return -1;
+    PyObject *tangent = PyTuple_Check(unpacked) && PyTuple_GET_SIZE(unpacked) == 2 ? PyTuple_GET_ITEM(unpacked, 1)
+                                                                                     : Py_None;
+    const int has = tangent != Py_None;
+    Py_DECREF(unpacked);
+    return has;
+}
+
 /* As torch's own ops: with grad mode on, an input that requires grad would get outputs without a
  * grad link (the call has no backward), and a tensor written in place that requires grad is
  * refused as torch refuses a leaf in an in-place op. Under torch.no_grad() / inference_mode()
@@ -246,6 +277,19 @@ static int torch_check_autograd(PyObject *const *objs, const char *const *names,
             return rpy_refuse("%s is an inference tensor (made under torch.inference_mode()), which torch does not "
                               "let an in-place operation update outside inference mode: call rope_pool_fused under "
                               "torch.inference_mode() as well", names[i]);
+    }
+    /* Forward-mode AD propagates tangents whatever grad mode says (torch.no_grad() included) and
+     * only inference mode turns it off: a tangent this call has no derivative for would be dropped
+     * from its outputs, and a written tensor's tangent left stale. */
+    for (int i = 0; i < num; i++) {
+        const int tangent = forward_tangent(objs[i]);
+        if (tangent < 0)
+            return -1;
+        if (tangent)
+            return rpy_refuse("%s carries a forward-mode AD tangent (torch.autograd.forward_ad), "
+                              "but rope_pool_fused has no forward derivative: its outputs would hold no tangent; "
+                              "pass the primal (torch.autograd.forward_ad.unpack_dual(%s).primal)", names[i],
+                              names[i]);
     }
     if (native == NULL && (is_grad_enabled_fn == NULL || requires_grad_attr == NULL))
         return 0;

@@ -77,6 +77,33 @@ def test_q_that_requires_grad_is_refused_with_grad_mode_on(ropepool, torch_fw, t
     assert not q_rot.requires_grad
 
 
+@pytest.mark.parametrize("index, name", [(0, "q"), (2, "v"), (5, "k_pool")])
+def test_a_forward_mode_tangent_is_refused_under_no_grad_too(ropepool, torch_fw, torch, index, name):
+    """A dual tensor (torch.autograd.forward_ad) ran and its tangent was dropped: q_rot came back
+    with none, so a jvp through the call read zero. Forward AD ignores grad mode, so the refusal
+    holds under torch.no_grad() too; inference mode turns forward AD off, and the call runs."""
+    import torch.autograd.forward_ad as fwAD
+
+    p = Problem(torch_fw)
+    message = (f"{name} carries a forward-mode AD tangent (torch.autograd.forward_ad), but rope_pool_fused has no "
+               f"forward derivative: its outputs would hold no tangent; pass the primal "
+               f"(torch.autograd.forward_ad.unpack_dual({name}).primal)")
+    with fwAD.dual_level():
+        args = p.arrays()
+        args[index] = fwAD.make_dual(args[index], torch.ones_like(args[index]))
+        before = [torch_fw.bits(fwAD.unpack_dual(a).primal) for a in args]
+        for grad_mode in (True, False):
+            with torch.set_grad_enabled(grad_mode):
+                for call in (ropepool.rope_pool_fused, torch.ops.ropepool.rope_pool_fused):
+                    with pytest.raises(ropepool.RopePoolError) as info:
+                        call(*args, **p.kwargs())
+                    assert str(info.value) == message
+        for old, a in zip(before, args):
+            assert np.array_equal(old, torch_fw.bits(fwAD.unpack_dual(a).primal)), "a refused call wrote"
+        with torch.inference_mode():
+            ropepool.rope_pool_fused(*[a.clone() if i < 5 else a for i, a in enumerate(args)], **p.kwargs())
+
+
 def test_pools_version_counters_are_bumped(ropepool, torch_fw, torch):
     p = Problem(torch_fw)
     versions = (p.k_pool._version, p.v_pool._version)

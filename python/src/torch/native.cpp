@@ -10,6 +10,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/SmallVector.h>
 #include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/forward_grad.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/library.h>
@@ -149,6 +150,12 @@ int requires_grad(PyObject *obj, int *is_leaf)
     const at::Tensor &t = THPVariable_Unpack(obj);
     *is_leaf = t.is_leaf();
     return t.requires_grad();
+}
+
+int forward_tangent(PyObject *obj)
+{
+    const torch::autograd::AutogradMeta *meta = torch::autograd::impl::get_autograd_meta(THPVariable_Unpack(obj));
+    return meta != nullptr && meta->fw_grad_ && !meta->fw_grad_->empty() && !c10::InferenceMode::is_enabled();
 }
 
 int bump_versions(PyObject *const *objs, int num)
@@ -407,8 +414,8 @@ PyMethodDef module_methods[] = {
      "from C++, and under Autograd calls check where a tensor requires grad"},
     {nullptr, nullptr, 0, nullptr}};
 
-const rpy_torch_native api = {RPY_TORCH_NATIVE_ABI, describe,       empty_like,   inference_locked,
-                              grad_enabled,         requires_grad, bump_versions};
+const rpy_torch_native api = {RPY_TORCH_NATIVE_ABI, describe,      empty_like,      inference_locked,
+                              grad_enabled,         requires_grad, forward_tangent, bump_versions};
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_ropepool_torch",
                           "ropepool's tensor access on torch's C++ API (see native.h)", -1,

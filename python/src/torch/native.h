@@ -19,7 +19,7 @@
 #include "ropepool.h"
 
 #define RPY_TORCH_NATIVE_CAPSULE "ropepool._ropepool_torch.api"
-#define RPY_TORCH_NATIVE_ABI 1
+#define RPY_TORCH_NATIVE_ABI 2
 
 typedef struct rpy_torch_native {
     int abi; /* RPY_TORCH_NATIVE_ABI */
@@ -41,6 +41,9 @@ typedef struct rpy_torch_native {
     int (*grad_enabled)(void);
     /* obj.requires_grad; *is_leaf: obj.is_leaf. */
     int (*requires_grad)(PyObject *obj, int *is_leaf);
+    /* Whether obj carries a forward-mode AD tangent at any level (torch.autograd.forward_ad), outside
+     * inference mode (which turns forward AD off). */
+    int (*forward_tangent)(PyObject *obj);
     /* Bumps the version counter of each of objs[0, num), as torch's in-place ops do. 0, or -1
      * with torch's exception (an inference tensor outside inference mode). */
     int (*bump_versions)(PyObject *const *objs, int num);
