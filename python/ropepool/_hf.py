@@ -275,7 +275,14 @@ def _head_and_rotary_dim(text, model_type, params):
     if (params["rope_type"] == "default" and model_type in _DEFAULT_ROPE_IGNORES_PARTIAL) or \
             params["rope_type"] == "ntk_alpha":
         factor = 1.0
-    return head_dim, _integer(head_dim * factor, "head_dim * partial_rotary_factor")
+    rotary_dim = _integer(head_dim * factor, "head_dim * partial_rotary_factor")
+    if rotary_dim % 2 and factor != 1.0:
+        # transformers' table then has (R + 1) / 2 frequencies over the denominator R and rotates
+        # R + 1 dims: a width the fused call's frequencies (over rotary_dim) cannot express
+        raise _error(f"config head_dim {head_dim} * partial_rotary_factor {factor} gives {rotary_dim} rotary dims, "
+                     "an odd number, which ropepool does not serve (transformers rotates "
+                     f"{rotary_dim + 1} dims with frequencies over {rotary_dim})")
+    return head_dim, rotary_dim
 
 
 def _as_transformers_config(config):

@@ -182,6 +182,19 @@ def test_a_dict_gets_its_config_class_defaults(ropepool, model_type):
     assert np.array_equal(inv_freq, ropepool.hf_rope_parameters(cls_config)[0])
 
 
+def test_an_odd_partial_rotary_width_is_named_by_the_config_fields_that_make_it(ropepool):
+    """head_dim 18 with rotary_pct 0.5: the message named `rotary_dim`, an argument the caller never
+    set, as if it had been given as 9."""
+    config = dict(model_type="gpt_neox", hidden_size=72, num_attention_heads=4, rotary_pct=0.5, rope_theta=1e4,
+                  max_position_embeddings=128)
+    for helper in (ropepool.hf_rope_parameters, ropepool.hf_rope_kwargs):
+        for form in (config, as_object(config)):
+            with pytest.raises(ropepool.RopePoolError, match=re.escape(
+                    "config head_dim 18 * partial_rotary_factor 0.5 gives 9 rotary dims, an odd number, which "
+                    "ropepool does not serve (transformers rotates 10 dims with frequencies over 9)")):
+                helper(form)
+
+
 def test_a_dict_read_as_written_gets_the_class_defaults_of_every_known_family(ropepool):
     """Without transformers, a dict is read as written, ropepool's own table standing in for the
     class defaults it leaves out: GLM's and Helium's head_dim 128 (not hidden_size // heads), the
