@@ -131,11 +131,39 @@ static PyObject *first_line(PyObject *exc)
     return line;
 }
 
+int rpy_torch_refuse_transform_tensor(PyObject *obj, const char *name)
+{
+    static PyObject *is_wrapped; /* torch._C._functorch.is_functorch_wrapped_tensor */
+    if (is_wrapped == NULL) {
+        PyObject *functorch = PyImport_ImportModule("torch._C._functorch");
+        is_wrapped = functorch ? PyObject_GetAttrString(functorch, "is_functorch_wrapped_tensor") : NULL;
+        Py_XDECREF(functorch);
+    }
+    PyObject *type, *value, *traceback; /* the caller's pending refusal, if any: kept unless replaced */
+    PyErr_Fetch(&type, &value, &traceback);
+    PyObject *answer = is_wrapped ? PyObject_CallOneArg(is_wrapped, obj) : NULL;
+    const int wrapped = answer != NULL && PyObject_IsTrue(answer) == 1;
+    Py_XDECREF(answer);
+    PyErr_Clear();
+    if (!wrapped) {
+        PyErr_Restore(type, value, traceback);
+        return 0;
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(traceback);
+    return rpy_refuse("%s is a tensor of a torch.func transform (grad, vjp, jvp, vmap, functionalize), which "
+                      "rope_pool_fused does not run under: it has no derivative and no batching rule, and writes "
+                      "the pools in place; call it outside the transform", name);
+}
+
 /* torch refused to describe obj: raise an error that names the argument instead. A device other
  * than cpu/cuda and a layout other than strided are named; anything else keeps torch's message
  * (its first line) as a RopePoolError caused by torch's exception. */
 int rpy_torch_explain_refusal(PyObject *obj, const char *name)
 {
+    if (rpy_torch_refuse_transform_tensor(obj, name) < 0)
+        return -1;
     PyObject *cause = take_exception();
     rp_tensor ignored;
     memset(&ignored, 0, sizeof ignored);

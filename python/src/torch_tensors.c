@@ -200,15 +200,18 @@ static int torch_to_tensor(PyObject *obj, const char *name, rp_tensor *t)
                        "cannot read or write as memory: pass %s.resolve_neg()", name, name);
         return -1;
     }
-    if (described)
-        return 0;
-    if (!exchange_reads(obj))
-        return rpy_torch_read_surface(obj, name, t);
-    if (rpy_dlpack_to_tensor(exchange, obj, t) < 0)
-        return rpy_torch_explain_refusal(obj, name);
-    if (t->device.type != RP_DEVICE_CPU && t->device.type != RP_DEVICE_CUDA)
-        return rpy_torch_read_device(obj, name, t); /* raises, naming the device */
-    return 0;
+    if (!described) {
+        if (!exchange_reads(obj)) {
+            if (rpy_torch_read_surface(obj, name, t) < 0)
+                return -1;
+        } else if (rpy_dlpack_to_tensor(exchange, obj, t) < 0) {
+            return rpy_torch_explain_refusal(obj, name);
+        } else if (t->device.type != RP_DEVICE_CPU && t->device.type != RP_DEVICE_CUDA) {
+            return rpy_torch_read_device(obj, name, t); /* raises, naming the device */
+        }
+    }
+    /* no data behind elements: a zero tensor (refused by the call), or a transform's wrapper */
+    return t->data == NULL && t->ndim > 0 ? rpy_torch_refuse_transform_tensor(obj, name) : 0;
 }
 
 /* 1 if torch's no-argument function fn (a mode: grad, inference) returns True, 0 if not, -1 on

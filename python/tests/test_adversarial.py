@@ -104,6 +104,32 @@ def test_a_forward_mode_tangent_is_refused_under_no_grad_too(ropepool, torch_fw,
             ropepool.rope_pool_fused(*[a.clone() if i < 5 else a for i, a in enumerate(args)], **p.kwargs())
 
 
+@pytest.mark.parametrize("transform", ["grad", "vmap", "jvp", "functionalize"])
+def test_a_torch_func_transforms_tensor_is_named(ropepool, torch_fw, torch, transform):
+    """Inside torch.func transforms q is a wrapper without memory of its own: the call said 'q cannot
+    be passed to ropepool: Cannot access data pointer of Tensor that doesn't have storage', or
+    (functionalize) 'q data is NULL but it has 48 elements'."""
+    p = Problem(torch_fw, T=3)
+    args, kwargs = p.arrays(), p.kwargs()
+    before = p.snapshot()
+    seen = []
+
+    def step(q):
+        with pytest.raises(ropepool.RopePoolError) as info:
+            ropepool.rope_pool_fused(q, *args[1:], **kwargs)
+        seen.append(str(info.value))
+        return q.sum()
+
+    run = {"grad": lambda: torch.func.grad(step)(p.q), "vmap": lambda: torch.func.vmap(step)(p.q[None]),
+           "jvp": lambda: torch.func.jvp(step, (p.q,), (p.q,)),
+           "functionalize": lambda: torch.func.functionalize(step)(p.q)}
+    run[transform]()
+    assert seen == ["q is a tensor of a torch.func transform (grad, vjp, jvp, vmap, functionalize), which "
+                    "rope_pool_fused does not run under: it has no derivative and no batching rule, and writes the "
+                    "pools in place; call it outside the transform"]
+    assert all(np.array_equal(old, torch_fw.bits(x)) for old, x in zip(before, p.arrays()))
+
+
 def test_pools_version_counters_are_bumped(ropepool, torch_fw, torch):
     p = Problem(torch_fw)
     versions = (p.k_pool._version, p.v_pool._version)
