@@ -13,4 +13,10 @@ def too_large_for_float64(name, value):
     (keywords.c: its repr shortened to its head and its length)."""
     text = repr(value)
     text = text if len(text) <= 40 else f"{text[:16]}... ({len(text)} characters)"
-    return f"{name} must be a positive finite number, got {text}, too large for a float64"
+    return f"{name} must be a finite number, got {text}, too large for a float64"
+
+
+def out_of_range(name, value, lo, hi):
+    """The message for an int outside the range a keyword's C field holds, in the C binding's
+    words (keywords.c, rpy_integer)."""
+    return f"{name} = {value} is out of range [{lo}, {hi}]"

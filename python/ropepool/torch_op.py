@@ -42,7 +42,7 @@ except ImportError:  # torch before 2.7: the comparison guards, as it did there
         return bool(condition)
 
 from . import _ropepool
-from ._names import too_large_for_float64, type_name as _type_name
+from ._names import out_of_range, too_large_for_float64, type_name as _type_name
 
 # The extension keywords after the seed's, in schema order, with their defaults. The direct binding
 # receives only those that differ from the default, so the operator works with any binding that
@@ -300,6 +300,24 @@ def _refuse_mixed_bools(flags, numbers):
                             f"({name}.item(), outside compiled code)")
 
 
+_INT32, _INT64 = (-2**31, 2**31 - 1), (-2**63, 2**63 - 1)
+
+
+def _refuse_unrepresentable(floats, ints):
+    """Python ints that the schema cannot hold: its parser raises torch's own OverflowError or
+    RuntimeError, naming neither the argument nor the value. Refused in the direct call's words
+    (keywords.c: its float keywords, and each int keyword's C range) before the operator."""
+    for name, value in floats.items():
+        if type(value) is int:
+            try:
+                float(value)
+            except OverflowError:
+                raise _ropepool.RopePoolError(too_large_for_float64(name, value)) from None
+    for name, value, (lo, hi) in ints:
+        if type(value) is int and not lo <= value <= hi:
+            raise _ropepool.RopePoolError(out_of_range(name, value, lo, hi))
+
+
 def call_op(q, k, v, positions, slots, k_pool, v_pool, *, head_dim, num_qo_heads, num_kv_heads,
             rope_base, threads=None, checked=False, is_neox=True, rotary_dim=None, inv_freq=None,
             attention_scaling=1.0, kv_layout="flat", kv_cache_dtype="auto", k_scale=1.0,
@@ -325,6 +343,13 @@ def call_op(q, k, v, positions, slots, k_pool, v_pool, *, head_dim, num_qo_heads
         _python_number, (head_dim, num_qo_heads, num_kv_heads, rope_base, threads, checked, is_neox, rotary_dim))
     attention_scaling, v_head_dim, mrope_interleaved, norm_eps, norm_weight_offset = map(
         _python_number, (attention_scaling, v_head_dim, mrope_interleaved, norm_eps, norm_weight_offset))
+    sections = () if mrope_section is None or isinstance(mrope_section, torch.Tensor) else mrope_section
+    _refuse_unrepresentable(
+        dict(rope_base=rope_base, attention_scaling=attention_scaling, norm_eps=norm_eps,
+             norm_weight_offset=norm_weight_offset),
+        [("head_dim", head_dim, _INT64), ("num_qo_heads", num_qo_heads, _INT64),
+         ("num_kv_heads", num_kv_heads, _INT64), ("threads", threads, _INT32), ("rotary_dim", rotary_dim, _INT64),
+         ("v_head_dim", v_head_dim, _INT64)] + [("mrope_section entry", entry, _INT32) for entry in sections])
     given = dict(
         threads=threads, checked=checked, is_neox=is_neox, rotary_dim=rotary_dim, inv_freq=inv_freq,
         attention_scaling=attention_scaling, kv_layout=kv_layout, kv_cache_dtype=kv_cache_dtype,

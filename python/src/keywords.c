@@ -80,8 +80,8 @@ int rpy_float(PyObject *obj, const char *name, double *out)
     } else if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
         PyErr_Clear();
         PyObject *r = short_repr(obj);
-        if (r != NULL)
-            rpy_refuse("%s must be a positive finite number, got %U, too large for a float64", name, r);
+        if (r != NULL) /* "finite", not "positive": norm_weight_offset may be negative */
+            rpy_refuse("%s must be a finite number, got %U, too large for a float64", name, r);
         Py_XDECREF(r);
     } else if (PyErr_ExceptionMatches(PyExc_ValueError) || PyErr_ExceptionMatches(PyExc_RuntimeError)) {
         /* an object whose __float__ refuses: a torch tensor of two elements, complex or on 'meta' */

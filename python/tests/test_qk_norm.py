@@ -132,6 +132,10 @@ def test_bad_weights_and_eps_are_refused_and_write_nothing(ropepool):
         (dict(norm_weight_offset=1.0), "^norm_weight_offset 1 needs q_norm_weight or k_norm_weight"),
         (dict(norm_eps=1e-5, norm_weight_offset=1.0), "^norm_eps 1e-05 and norm_weight_offset 1 need q_norm_weight"),
         (dict(q_norm_weight=np.ones(16, np.float32), norm_weight_offset=float("nan")), "norm_weight_offset must be finite"),
+        # a negative offset is a value (any finite one is): the refusal of one past float64 must
+        # not ask for a positive number
+        (dict(q_norm_weight=np.ones(16, np.float32), norm_weight_offset=-10**400),
+         "^norm_weight_offset must be a finite number, got -100000000000000... (402 characters), too large for a float64$"),
     ]
     for extra, message in cases:
         k_pool, v_pool = pool.copy(), pool.copy()

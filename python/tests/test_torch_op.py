@@ -184,6 +184,34 @@ def test_compiled_path_refuses_a_scale_or_table_as_eager_does(ropepool, given, e
         assert (old == p.fw.bits(x)).all()
 
 
+@pytest.mark.parametrize("given", [
+    dict(rope_base=10**400), dict(attention_scaling=10**400), dict(norm_eps=10**400),
+    dict(norm_weight_offset=-10**400), dict(head_dim=2**70), dict(num_kv_heads=-2**64), dict(rotary_dim=2**70),
+    dict(v_head_dim=2**70), dict(threads=2**70), dict(mrope_section=[2**70, 15, 16]),
+])
+def test_compiled_path_refuses_a_number_its_schema_cannot_hold_as_eager_does(ropepool, given):
+    """call_op (what Dynamo traces) handed ints past float64 or int64 to the schema, whose parser
+    raised torch's own OverflowError ('int too big to convert') or RuntimeError ("Expected a value
+    of type 'int' ... but instead found type 'int'"), naming neither the argument nor the value; the
+    direct call's RopePoolError names both, and call_op's now says the same. Nothing written."""
+    from ropepool import torch_op
+
+    p = problem("cpu")
+    extra = dict(q_norm_weight=torch.ones(p.D), norm_eps=1e-6) if "norm_weight_offset" in given else {}
+    if "norm_eps" in given:
+        extra = dict(q_norm_weight=torch.ones(p.D))
+    before = p.snapshot()
+    messages = []
+    for call in (ropepool.rope_pool_fused, torch_op.call_op):
+        with pytest.raises(ropepool.RopePoolError) as info:
+            call(*p.arrays(), **p.kwargs(**given, **extra))
+        messages.append(str(info.value))
+    assert messages[1] == messages[0]
+    assert messages[0].startswith(next(iter(given)))
+    for old, x in zip(before, p.arrays()):
+        assert (old == p.fw.bits(x)).all()
+
+
 def test_compiled_path_reads_numpy_numbers_as_eager_does(ropepool):
     """The direct call takes NumPy scalars and arrays for its numbers, flags and tables; call_op
     handed them to the schema's Scalars as they were (a RuntimeError: 'Cannot cast 1.5 to
