@@ -237,24 +237,35 @@ static int inference_locked(PyObject *obj)
     return mode < 0 ? -1 : !mode;
 }
 
-/* Whether obj carries a forward-mode AD tangent outside inference mode (which turns forward AD
- * off, as it does autograd); -1 with an exception. Without the native table,
- * only the innermost dual level's tangent is seen (torch.autograd.forward_ad's current level; the
- * tangents of a level are cleared when it ends). */
-static int forward_tangent(PyObject *obj)
+/* torch.autograd.forward_ad's current dual level for the readers without the native table: -1
+ * where there is none (no dual tensor exists outside one: a level's tangents are cleared when it
+ * ends) or inference mode is on (it turns forward AD off, as it does autograd); -2 with an
+ * exception. */
+static long dual_level(void)
 {
-    if (native_reads(obj))
-        return native->forward_tangent(obj);
     if (forward_ad_module == NULL || unpack_dual_fn == NULL)
-        return 0;
+        return -1;
     PyObject *level = PyObject_GetAttrString(forward_ad_module, "_current_level");
     const long current = level != NULL && PyLong_Check(level) ? PyLong_AsLong(level) : -1;
     Py_XDECREF(level);
     PyErr_Clear(); /* a torch without it: nothing to see */
     const int inference = current < 0 || inference_mode_fn == NULL ? 0 : torch_mode(inference_mode_fn);
-    if (current < 0 || inference != 0)
-        return inference < 0 ? -1 : 0;
-    PyObject *unpacked = PyObject_CallFunction(unpack_dual_fn, "Ol", obj, current);
+    return inference < 0 ? -2 : inference ? -1 : current;
+}
+
+/* Whether obj carries a forward-mode AD tangent outside inference mode; -1 with an exception.
+ * *level: dual_level(), read at the first tensor the native table does not read (NO_LEVEL before);
+ * those tensors' tangents are seen at that innermost level only. */
+enum { NO_LEVEL = -3 };
+static int forward_tangent(PyObject *obj, long *level)
+{
+    if (native_reads(obj))
+        return native->forward_tangent(obj);
+    if (*level == NO_LEVEL)
+        *level = dual_level();
+    if (*level < 0)
+        return *level == -2 ? -1 : 0;
+    PyObject *unpacked = PyObject_CallFunction(unpack_dual_fn, "Ol", obj, *level);
     if (unpacked == NULL)
         return -1;
     PyObject *tangent = PyTuple_Check(unpacked) && PyTuple_GET_SIZE(unpacked) == 2 ? PyTuple_GET_ITEM(unpacked, 1)
@@ -284,8 +295,9 @@ static int torch_check_autograd(PyObject *const *objs, const char *const *names,
     /* Forward-mode AD propagates tangents whatever grad mode says (torch.no_grad() included) and
      * only inference mode turns it off: a tangent this call has no derivative for would be dropped
      * from its outputs, and a written tensor's tangent left stale. */
+    long level = NO_LEVEL;
     for (int i = 0; i < num; i++) {
-        const int tangent = forward_tangent(objs[i]);
+        const int tangent = forward_tangent(objs[i], &level);
         if (tangent < 0)
             return -1;
         if (tangent)
