@@ -58,6 +58,9 @@ const char *rpy_torch_reader(void);
 /* 1 if obj is an instance of a subclass of torch.Tensor other than Parameter (FakeTensor,
  * FunctionalTensor: what tracers pass; or a caller's own), else 0. Plain tensors answer at once. */
 int rpy_torch_subclass(PyObject *obj);
+/* 1 if obj is a torch tensor and a TorchDispatchMode is active on this thread (make_fx, FlopCounterMode,
+ * a caller's own mode: what the dispatcher shows each operator to), else 0. Never raises. */
+int rpy_torch_dispatch_mode(PyObject *obj);
 /* -1 with a RopePoolError if obj is a torch tensor given for a number that requires grad (grad
  * mode on: the call has no backward through the value it reads), else 0. */
 int rpy_torch_check_number(PyObject *obj, const char *name);

@@ -613,14 +613,20 @@ static int prepare(PyObject *const values[NUM_PARAMS], prepared_call *c, unsigne
     return -1;
 }
 
-/* A call whose q is a torch FakeTensor (non-strict torch.export, make_fx and other tracers run the
- * model on them; Dynamo traces call_op itself) has no memory to describe: it is traced as the
- * operator, through ropepool.torch_op.call_op with the caller's arguments. */
+/* A call the torch dispatcher must see runs as the operator, through ropepool.torch_op.call_op
+ * with the caller's arguments:
+ * - q is a torch FakeTensor (non-strict torch.export, make_fx and other tracers run the model on
+ *   them; Dynamo traces call_op itself): it has no memory to describe;
+ * - a TorchDispatchMode is active (make_fx on real tensors, FlopCounterMode, a caller's own): it
+ *   sees every operator, and a direct call would be missing from what it records (a trace
+ *   replayed without the pool writes).
+ * The operator's kernel calls this function again, with the modes off; should a caller's mode
+ * leave one on (a kernel run under DisableTorchDispatch), `routed` keeps that call direct. */
 static PyObject *is_fake, *call_op; /* torch._subclasses.fake_tensor.is_fake, torch_op.call_op */
+static _Thread_local int routed;    /* this thread is inside a call routed to the operator */
 
-/* Whether q, an instance of a torch.Tensor subclass, is a FakeTensor (1) or not, or torch cannot
- * say (0). Called with no exception pending, it leaves none. */
-static int is_traced(PyObject *q)
+/* call_op, or NULL if torch cannot give it (the call then runs directly). No exception pending. */
+static PyObject *operator_call(void)
 {
     if (is_fake == NULL) {
         PyObject *fake = PyImport_ImportModule("torch._subclasses.fake_tensor");
@@ -632,13 +638,29 @@ static int is_traced(PyObject *q)
         if (is_fake == NULL || call_op == NULL) {
             Py_CLEAR(is_fake);
             Py_CLEAR(call_op);
+            PyErr_Clear();
         }
     }
-    PyObject *fake = is_fake ? PyObject_CallOneArg(is_fake, q) : NULL;
-    const int traced = fake != NULL && PyObject_IsTrue(fake) == 1;
-    Py_XDECREF(fake);
-    PyErr_Clear();
-    return traced;
+    return call_op;
+}
+
+/* Whether the call on q (a torch tensor or anything else) runs as the operator. Called with no
+ * exception pending, it leaves none. */
+static int for_the_operator(PyObject *q)
+{
+    if (routed || rpy_numpy.is_array(q))
+        return 0;
+    /* A tracer's tensors are subclasses: asked before anything is read, since reading a traced
+     * size would fix it (torch.export's dynamic T would become a constant). */
+    if (rpy_torch_subclass(q) && operator_call() != NULL) {
+        PyObject *fake = PyObject_CallOneArg(is_fake, q);
+        const int traced = fake != NULL && PyObject_IsTrue(fake) == 1;
+        Py_XDECREF(fake);
+        PyErr_Clear();
+        if (traced)
+            return 1;
+    }
+    return rpy_torch_dispatch_mode(q) && operator_call() != NULL;
 }
 
 PyObject *rpy_rope_pool_fused(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
@@ -651,10 +673,12 @@ PyObject *rpy_rope_pool_fused(PyObject *module, PyObject *const *args, Py_ssize_
     prepared_call c;
     if (parse_arguments(args, PyVectorcall_NARGS(nargs), kwnames, values) < 0)
         return NULL;
-    /* A tracer's tensors are subclasses: asked before anything is read, since reading a traced
-     * size would fix it (torch.export's dynamic T would become a constant). */
-    if (!rpy_numpy.is_array(values[P_Q]) && rpy_torch_subclass(values[P_Q]) && is_traced(values[P_Q]))
-        return PyObject_Vectorcall(call_op, args, (size_t)nargs, kwnames);
+    if (for_the_operator(values[P_Q])) {
+        routed = 1;
+        PyObject *result = PyObject_Vectorcall(call_op, args, (size_t)nargs, kwnames);
+        routed = 0;
+        return result;
+    }
     if (prepare(values, &c, stamps) < 0)
         return NULL;
     char message[MESSAGE_SIZE];

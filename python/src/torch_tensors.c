@@ -43,6 +43,7 @@ static PyObject *increment_version_fn;        /* torch._C._increment_version (ta
 static PyObject *requires_grad_attr, *is_leaf_attr; /* the getset descriptors, or NULL */
 static PyObject *forward_ad_module;           /* torch.autograd.forward_ad */
 static PyObject *unpack_dual_fn;              /* torch._VF._unpack_dual(tensor, level) */
+static PyObject *dispatch_modes_fn;           /* torch._C._len_torch_dispatch_stack */
 
 static PyObject *attr_path(PyObject *obj, const char *dotted)
 {
@@ -120,6 +121,7 @@ static int find_torch(void)
     is_leaf_attr = PyObject_GetAttrString(tensor, "is_leaf");
     forward_ad_module = PyImport_ImportModule("torch.autograd.forward_ad");
     unpack_dual_fn = attr_path(torch, "_VF._unpack_dual");
+    dispatch_modes_fn = attr_path(torch, "_C._len_torch_dispatch_stack");
     PyErr_Clear();
     native = exchange != NULL && allowed("ROPEPOOL_TORCH_NATIVE") ? load_native() : NULL;
     torch_module = torch;
@@ -157,6 +159,22 @@ int rpy_torch_subclass(PyObject *obj)
     if (type == tensor_type || type == parameter_type)
         return 0; /* the usual case, once torch is found */
     return torch_is_array(obj) && type != tensor_type && type != parameter_type; /* it may find it now */
+}
+
+int rpy_torch_dispatch_mode(PyObject *obj)
+{
+    if (!torch_is_array(obj))
+        return 0;
+    if (native != NULL)
+        return native->dispatch_modes();
+    if (dispatch_modes_fn == NULL)
+        return 0;
+    PyObject *modes = PyObject_CallNoArgs(dispatch_modes_fn); /* about 20 ns */
+    const long count = modes != NULL ? PyLong_AsLong(modes) : -1;
+    Py_XDECREF(modes);
+    if (count < 0)
+        PyErr_Clear(); /* a torch that cannot say: the call runs directly, as before it asked */
+    return count > 0;
 }
 
 /* ---- the framework ------------------------------------------------------------------------------- */

@@ -476,6 +476,62 @@ def test_exported_module_calls_the_operator_and_writes_its_pool_buffers(ropepool
     assert_same([*got, exported.k_pool, exported.v_pool], [*want, eager.k_pool, eager.v_pool])
 
 
+class RecordingMode(torch.utils._python_dispatch.TorchDispatchMode):
+    """A TorchDispatchMode that records each operator it sees, then runs it."""
+
+    def __init__(self, disable_dispatch=False):
+        super().__init__()
+        self.seen, self.disable_dispatch = [], disable_dispatch
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.seen.append(str(func))
+        if self.disable_dispatch:  # the kernel then runs with this mode still on the stack
+            with torch._C._DisableTorchDispatch():
+                return func(*args, **(kwargs or {}))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("outputs", ["fresh", "q_out", "k_out", "both"])
+@pytest.mark.parametrize("disable_dispatch", [False, True])
+def test_direct_call_under_a_dispatch_mode_runs_as_the_operator_the_mode_sees(ropepool, device, outputs,
+                                                                               disable_dispatch):
+    """A TorchDispatchMode (make_fx, FlopCounterMode, a caller's own) sees every operator; the direct
+    call on plain tensors must be one of them, and give the direct call's results."""
+    p = problem(device, T=5, Hq=4, Hk=2, D=16, P=24)
+    kw = p.kwargs()
+    given = dict(q_out=torch.empty_like(p.q) if outputs in ("q_out", "both") else None,
+                 k_out=torch.empty_like(p.k) if outputs in ("k_out", "both") else None)
+    want = ropepool.rope_pool_fused(*p.arrays()[:5], *clone_all(p.arrays()[5:]), **kw)
+    mode = RecordingMode(disable_dispatch)
+    with mode:
+        got = ropepool.rope_pool_fused(*p.arrays(), **kw, **given)
+    overload = "default" if outputs == "fresh" else "out"
+    assert "ropepool.rope_pool_fused." + overload in mode.seen
+    assert got[2] is p.k_pool and got[3] is p.v_pool
+    for name, index in (("q_out", 0), ("k_out", 1)):
+        assert (got[index] is given[name]) == (given[name] is not None)
+    assert_same(got, want)
+
+
+def test_make_fx_of_the_direct_call_records_the_operator_and_its_pool_writes(ropepool):
+    """make_fx on real tensors traces through a dispatch mode: before, the direct call ran but was
+    missing from the graph, and the traced function never wrote its pools."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    p = problem("cpu", T=3, Hq=4, Hk=2, D=16, P=24)
+    kw = p.kwargs()
+
+    def step(q, k, v, positions, slots, k_pool, v_pool):
+        return ropepool.rope_pool_fused(q, k, v, positions, slots, k_pool, v_pool, **kw)
+
+    graph = make_fx(step)(*p.arrays()[:5], *clone_all(p.arrays()[5:]))
+    assert "torch.ops.ropepool.rope_pool_fused.default(" in graph.code
+    pools, want_pools = clone_all(p.arrays()[5:]), clone_all(p.arrays()[5:])
+    got, want = graph(*p.arrays()[:5], *pools), step(*p.arrays()[:5], *want_pools)
+    assert want_pools[1].any()
+    assert_same([*got[:2], *pools], [*want[:2], *want_pools])
+
+
 @pytest.mark.parametrize("grad", ["q", "k_pool leaf", "q_out"])
 def test_compiled_call_refuses_what_requires_grad_as_eager_does(ropepool, grad):
     """AOTAutograd's compiled graph runs the kernel with grad mode off: the refusal comes from the

@@ -8,6 +8,7 @@
 #include <ATen/ops/empty.h> /* not pulled in by the headers below in every torch (2.11) */
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <c10/util/SmallVector.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/forward_grad.h>
@@ -143,6 +144,11 @@ int inference_locked(PyObject *obj)
 int grad_enabled(void)
 {
     return at::GradMode::is_enabled();
+}
+
+int dispatch_modes(void)
+{
+    return c10::impl::TorchDispatchModeTLS::stack_len() > 0;
 }
 
 int requires_grad(PyObject *obj, int *is_leaf)
@@ -415,7 +421,8 @@ PyMethodDef module_methods[] = {
     {nullptr, nullptr, 0, nullptr}};
 
 const rpy_torch_native api = {RPY_TORCH_NATIVE_ABI, describe,      empty_like,      inference_locked,
-                              grad_enabled,         requires_grad, forward_tangent, bump_versions};
+                              grad_enabled,         requires_grad, forward_tangent, bump_versions,
+                              dispatch_modes};
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_ropepool_torch",
                           "ropepool's tensor access on torch's C++ API (see native.h)", -1,

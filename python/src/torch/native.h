@@ -19,7 +19,7 @@
 #include "ropepool.h"
 
 #define RPY_TORCH_NATIVE_CAPSULE "ropepool._ropepool_torch.api"
-#define RPY_TORCH_NATIVE_ABI 2
+#define RPY_TORCH_NATIVE_ABI 3
 
 typedef struct rpy_torch_native {
     int abi; /* RPY_TORCH_NATIVE_ABI */
@@ -47,6 +47,8 @@ typedef struct rpy_torch_native {
     /* Bumps the version counter of each of objs[0, num), as torch's in-place ops do. 0, or -1
      * with torch's exception (an inference tensor outside inference mode). */
     int (*bump_versions)(PyObject *const *objs, int num);
+    /* Whether a TorchDispatchMode is active on this thread (torch._C._len_torch_dispatch_stack() > 0). */
+    int (*dispatch_modes)(void);
 } rpy_torch_native;
 
 #endif /* RPY_TORCH_NATIVE_H */
