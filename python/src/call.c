@@ -282,8 +282,7 @@ static int array_argument(const rpy_framework *fw, PyObject *const values[NUM_PA
     if (t->dtype == RP_DTYPE_OTHER) { /* the library cannot name it: say what it is */
         PyObject *dtype = PyObject_GetAttrString(obj, "dtype");
         if (dtype != NULL)
-            rpy_refuse("%s has dtype %S, which ropepool does not take (data and pools: float32, float16, "
-                       "bfloat16, fp8 pools; positions and slots: int32, int64)", param_names[index], dtype);
+            rpy_refuse("%s has dtype %S" RPY_DTYPE_NOT_TAKEN, param_names[index], dtype);
         Py_XDECREF(dtype);
         return -1;
     }

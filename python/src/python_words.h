@@ -11,4 +11,10 @@
 #define RPY_UINT8_POOLS_PYTHON \
     "k_pool is uint8: say which fp8 format it stores with kv_cache_dtype='fp8_e4m3' (or 'fp8') or 'fp8_e5m2'"
 
+/* An array whose dtype has no rp_dtype (the library could only print its number): the binding
+ * names the argument and its dtype, then this. */
+#define RPY_DTYPE_NOT_TAKEN \
+    ", which ropepool does not take (data and pools: float32, float16, bfloat16, fp8 pools; positions and slots: " \
+    "int32, int64)"
+
 #endif /* RPY_PYTHON_WORDS_H */

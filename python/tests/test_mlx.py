@@ -419,6 +419,26 @@ def test_an_inv_freq_numpy_cannot_read_is_named(mlx_fw):
         call(p, inv_freq=table)
 
 
+def test_a_dtype_the_library_cannot_name_is_named_as_numpys_call_names_it(mlx_fw):
+    """complex64 (the one MLX dtype ropepool has no code for) was 'q/k/v dtype 255 (not a dtype
+    ropepool knows)', and 'positions dtype must be int32 or int64, got 255 (...)': not the value.
+    The NumPy call's words, the argument and its dtype."""
+    numpy_fw = helpers.make_framework("numpy")
+    for index, name in enumerate(helpers.ARG_NAMES[:7]):
+        p, pn = Problem(mlx_fw), Problem(numpy_fw)
+        before = p.snapshot()
+        arrays, numpy_arrays = p.arrays(), pn.arrays()
+        arrays[index] = arrays[index].astype(mx.complex64)
+        numpy_arrays[index] = numpy_arrays[index].astype(np.complex64)
+        with pytest.raises(ropepool.RopePoolError) as info:
+            call(p, *arrays)
+        with pytest.raises(ropepool.RopePoolError) as numpy_info:
+            pn.call(ropepool, *numpy_arrays)
+        assert str(info.value) == str(numpy_info.value), name
+        assert str(info.value).startswith(f"{name} has dtype complex64, which ropepool does not take")
+        helpers.assert_unchanged(p, before)
+
+
 def test_one_array_as_both_pools_is_refused_at_the_call(mlx_fw):
     p = Problem(mlx_fw)
     before = p.snapshot()

@@ -14,8 +14,10 @@
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <sstream>
 
 #include "mlx/stream.h"
+#include "mlx/utils.h"
 
 namespace ropepool_mlx {
 
@@ -77,6 +79,21 @@ rp_rope_pool_args make_args(const Params &p, const std::array<const mx::array *,
     return a;
 }
 
+const char *const ARRAY_NAMES[7] = {"q", "k", "v", "positions", "slots", "k_pool", "v_pool"};
+
+/* The library can only print the number of a dtype it has no rp_dtype for (MLX's complex64):
+ * name the argument and its dtype instead, in the NumPy call's words and at its point (before the
+ * seed's checks). */
+void refuse_unknown_dtypes(const std::array<const mx::array *, 7> &arrays)
+{
+    for (int i = 0; i < 7; i++)
+        if (rp_dtype_of(arrays[i]->dtype()) == RP_DTYPE_OTHER) {
+            std::ostringstream text;
+            text << ARRAY_NAMES[i] << " has dtype " << arrays[i]->dtype() << RPY_DTYPE_NOT_TAKEN;
+            throw Error(RP_ERR_INVALID_ARGUMENT, text.str().c_str());
+        }
+}
+
 void run(rp_context *ctx, const rp_rope_pool_args &args)
 {
     char message[MESSAGE_SIZE];
@@ -99,6 +116,7 @@ std::vector<mx::array> rope_pool_fused(const mx::array &q, const mx::array &k, c
                                        const mx::array &k_pool, const mx::array &v_pool,
                                        Params params, mx::StreamOrDevice s)
 {
+    refuse_unknown_dtypes({&q, &k, &v, &positions, &slots, &k_pool, &v_pool});
     /* q_rot and k_rot are described by q and k themselves: same shape and dtype. */
     run(nullptr, make_args(params, {&q, &k, &v, &positions, &slots, &k_pool, &v_pool, &q, &k}, false));
     /* The kernel is ropepool's CPU backend: a GPU stream (the default on Apple silicon) gets the
