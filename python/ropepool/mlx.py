@@ -289,7 +289,8 @@ def rope_pool_fused(
         checked: the NumPy call's flag (CUDA: validate the slot values on the host first), taken so
             that one set of keywords serves both calls: True or False, the same call here, since
             the CPU backend always validates the slot values before writing.
-        stream: an mx.Stream or mx.Device; a GPU one is replaced by the CPU stream.
+        stream: an mx.Stream or mx.Device; a GPU one is replaced by the CPU stream (also where
+            MLX has no GPU).
 
     Returns:
         (q_rot, k_rot, k_pool_new, v_pool_new), lazy mx.arrays.

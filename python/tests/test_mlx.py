@@ -180,6 +180,16 @@ def test_an_explicit_cpu_stream_or_device_is_used(mlx_fw):
         check(p, before, call(p, stream=stream))
 
 
+def test_a_gpu_stream_or_device_is_replaced_by_the_cpu_stream_even_without_a_gpu(mlx_fw):
+    """The docstring's promise: a GPU stream or device runs on the CPU stream. Without a GPU (an
+    Apple-written call on Linux) stream=mx.gpu raised MLX's '[default_stream] Cannot get gpu stream
+    without gpu backend' although the primitive never runs on the GPU."""
+    for stream in (mx.gpu, mx.Device(mx.gpu, 0)):
+        p = Problem(mlx_fw)
+        before = p.snapshot()
+        check(p, before, call(p, stream=stream))
+
+
 @pytest.mark.skipif(not mx.is_available(mx.gpu), reason="no MLX GPU on this machine (Apple silicon or mlx-cuda)")
 def test_a_gpu_default_stream_runs_on_the_cpu_stream(mlx_fw):
     with mx.stream(mx.gpu):

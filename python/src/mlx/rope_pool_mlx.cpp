@@ -119,9 +119,12 @@ std::vector<mx::array> rope_pool_fused(const mx::array &q, const mx::array &k, c
     refuse_unknown_dtypes({&q, &k, &v, &positions, &slots, &k_pool, &v_pool});
     /* q_rot and k_rot are described by q and k themselves: same shape and dtype. */
     run(nullptr, make_args(params, {&q, &k, &v, &positions, &slots, &k_pool, &v_pool, &q, &k}, false));
-    /* The kernel is ropepool's CPU backend: a GPU stream (the default on Apple silicon) gets the
-     * CPU stream of the default device instead. MLX orders it after the GPU work that produces
-     * the inputs (unified memory: no copies), at the price of that synchronisation. */
+    /* The kernel is ropepool's CPU backend: a GPU stream or device (the default on Apple silicon)
+     * gets the CPU stream instead. MLX orders it after the GPU work that produces the inputs
+     * (unified memory: no copies), at the price of that synchronisation. A GPU device is replaced
+     * before MLX resolves it: without a GPU, resolving it throws, though nothing runs there. */
+    if (const auto *device = std::get_if<mx::Device>(&s); device != nullptr && device->type != mx::Device::cpu)
+        s = mx::Device(mx::Device::cpu);
     mx::Stream stream = mx::to_stream(s);
     if (stream.device != mx::Device::cpu)
         stream = mx::default_stream(mx::Device::cpu);
