@@ -17,7 +17,11 @@ read the cache through the returned arrays, as sglang does. A lazy read of a poo
 is not evaluated before the results are (``old = v_pool * 1``, attention over the previous cache)
 may see the new rows: MLX does not order an earlier reader of a shared buffer before the write.
 Evaluate such reads first: ``mx.eval``, or ``mx.async_eval`` on the CPU stream (the call waits for
-what is queued there before it writes); a read queued on another stream needs ``mx.eval``.
+what is queued there before it writes); a read queued on another stream needs ``mx.eval``. A layer
+of a cache is ``cache[i, ...]`` (a view); ``cache[i]`` is a gathered copy, which the call writes
+instead of ``cache``. Under ``mx.compile`` (and ``mx.vmap``, ``mx.grad``) a pool must be an
+argument of the function, a view of one, or an evaluated array: one computed there is refused at
+the call, since compile may merge it with an equal computation or compute it afresh at each call.
 
 Evaluation runs ropepool's CPU backend (its worker threads, ROPEPOOL_NUM_THREADS) on the thread
 that evaluates the graph, so that a refusal reaches ``mx.eval`` as itself, after waiting for the CPU

@@ -496,6 +496,84 @@ def test_the_call_traces_under_mx_compile(mlx_fw):
     check(p, before, step(*p.arrays()))
 
 
+def test_pools_made_inside_a_compiled_function_are_refused_at_the_call(mlx_fw):
+    """mx.compile merges equal computations: a pool made inside the compiled function (mx.zeros)
+    became one array with another mx.zeros of its shape, so the call's rows appeared in an array
+    the caller never passed (its sum read 5.2 instead of 0), and two mx.zeros pools were refused
+    at evaluation as 'v_pool overlaps k_pool'; a captured unevaluated pool was computed afresh at
+    each call, so the second call's pool had lost the first call's row. Refused at the trace,
+    naming the pool; pools passed in as arguments, views of them, an evaluated array the function
+    captures, and the pools a previous call returned inside the same function are written as
+    without mx.compile."""
+    p = Problem(mlx_fw, T=4, P=16, slots=[0, 1, 2, 3])
+    mx.eval(*p.arrays())
+    shape = tuple(p.k_pool.shape)
+
+    def made_inside(q, k, v, positions, slots):
+        result = ropepool.mlx.rope_pool_fused(q, k, v, positions, slots, mx.zeros(shape), mx.ones(shape),
+                                              **p.kwargs())
+        other = mx.zeros(shape)  # an unrelated array, equal to k_pool before the call
+        return result[0], (other + result[0].sum() * 0).sum()
+
+    unevaluated = mx.ones(shape)
+    for pools, name in ((lambda: (mx.zeros(shape), mx.ones(shape)), "k_pool"),
+                        (lambda: (p.k_pool, p.v_pool * 1), "v_pool"),
+                        (lambda: (p.k_pool, unevaluated), "v_pool")):
+        def step(q, k, v, positions, slots):
+            return ropepool.mlx.rope_pool_fused(q, k, v, positions, slots, *pools(), **p.kwargs())
+        with pytest.raises(ropepool.RopePoolError) as info:
+            mx.compile(step)(*p.arrays()[:5])
+        assert str(info.value).startswith(f"{name} is computed in a traced function (mx.compile, mx.vmap, mx.grad), "
+                                          "made inside it or captured unevaluated, by an MLX operation that makes a "
+                                          "new array ("), str(info.value)
+    with pytest.raises(ropepool.RopePoolError, match="^k_pool is computed in a traced function"):
+        mx.compile(made_inside)(*p.arrays()[:5])
+    _, other = made_inside(*p.arrays()[:5])  # the same function, not compiled: other is zeros
+    assert other.item() == 0.0
+
+    # What is served: arguments, views of them, a captured evaluated pool, a chain of calls.
+    cache = mx.array(np.stack([np.asarray(p.k_pool), np.asarray(p.v_pool)]))
+    mx.eval(cache)
+    before = p.snapshot()
+
+    def from_cache(q, k, v, positions, slots, cache):
+        first = ropepool.mlx.rope_pool_fused(q, k, v, positions, slots, cache[0, ...],
+                                             cache[1:2].transpose(0, 1, 2, 3).squeeze(0), **p.kwargs())
+        return ropepool.mlx.rope_pool_fused(q, k, v, positions, slots, first[2], first[3], **p.kwargs())
+
+    check(p, before, mx.compile(from_cache)(*p.arrays()[:5], cache))
+    with pytest.raises(ropepool.RopePoolError, match=r"^k_pool is computed .* \(Gather\).* not cache\[i\], which MLX "):
+        mx.compile(lambda *a: ropepool.mlx.rope_pool_fused(*a[:5], a[5][0], a[5][1, ...], **p.kwargs()))(
+            *p.arrays()[:5], cache)
+    captured = p.v_pool
+    p2 = Problem(mlx_fw, T=4, P=16, slots=[4, 5, 6, 7], seed=3)
+    p2.v_pool = captured
+    before = p2.snapshot()
+    check(p2, before, mx.compile(lambda *a: ropepool.mlx.rope_pool_fused(*a, p2.k_pool, captured, **p2.kwargs()))(
+        *p2.arrays()[:5]))
+
+
+def test_differentiating_or_vectorising_the_call_is_refused(mlx_fw):
+    """mx.grad, mx.vjp, mx.jvp and mx.vmap through the call raise MLX's refusal naming the
+    primitive, never a result; the pools are not written."""
+    p = Problem(mlx_fw)
+    mx.eval(*p.arrays())
+    before = p.snapshot()
+    rest = p.arrays()[1:]
+
+    def q_rot(q):
+        return ropepool.mlx.rope_pool_fused(q, *rest, **p.kwargs())[0]
+
+    transforms = [lambda: mx.grad(lambda q: q_rot(q).sum())(p.q),
+                  lambda: mx.vjp(q_rot, [p.q], [mx.ones_like(p.q)]),
+                  lambda: mx.jvp(q_rot, [p.q], [mx.ones_like(p.q)]),
+                  lambda: mx.vmap(q_rot)(mx.stack([p.q, p.q]))]
+    for transform in transforms:
+        with pytest.raises(ValueError, match=r"^\[Primitive::(vjp|jvp|vmap)\] Not implemented for RopePoolFused"):
+            mx.eval(transform())
+    helpers.assert_unchanged(p, before)
+
+
 FIRST_CALLS_FROM_THREADS = r"""
 import sys, threading, time
 import mlx.core as mx

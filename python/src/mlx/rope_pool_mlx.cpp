@@ -94,6 +94,62 @@ void refuse_unknown_dtypes(const std::array<const mx::array *, 7> &arrays)
         }
 }
 
+/* The array whose buffer `a` will share when evaluated, if `a` is a view that never copies (or a
+ * pool returned by an earlier call, which is its input pool's buffer); NULL if it makes a new one.
+ * Reshape and Contiguous are not views here: either may copy. */
+const mx::array *shared_source(const mx::array &a)
+{
+    const mx::Primitive &p = a.primitive();
+    if (dynamic_cast<const RopePoolFused *>(&p) != nullptr) {
+        const auto outputs = a.outputs();
+        for (size_t i = 2; i < 4 && i < outputs.size(); i++)
+            if (outputs[i].id() == a.id())
+                return &a.inputs()[i + 3]; /* k_pool_new -> k_pool, v_pool_new -> v_pool */
+        return nullptr;
+    }
+    /* By name: MLX does not export its primitives' type information. */
+    static const char *const views[] = {"Slice", "Split", "AsStrided", "Transpose", "Squeeze", "ExpandDims", "Copy"};
+    for (const char *view : views)
+        if (std::strcmp(p.name(), view) == 0)
+            return &a.inputs()[0];
+    return nullptr;
+}
+
+/* Under mx.compile the call's write into a pool's buffer is only safe when that buffer comes from
+ * outside the trace: compile merges equal computations, so a pool computed inside (mx.zeros(shape))
+ * would be one array with another mx.zeros(shape) of the function, which would then hold the call's
+ * rows; and a captured unevaluated pool is computed afresh at each call, so the rows of earlier
+ * calls are lost. So each pool must lead, through views, to an argument of the traced function or
+ * an evaluated array. MLX does not say which transform traces, so mx.vmap and mx.grad (which have
+ * no rule for the call anyway) are held to the same. */
+void refuse_pools_made_in_a_trace(const mx::array &k_pool, const mx::array &v_pool)
+{
+    /* Whether a trace is running: MLX exports no function that says so, but a tracer array reads
+     * as one only then (array::is_tracer). */
+    mx::array probe(0);
+    probe.set_tracer(true);
+    if (!probe.is_tracer())
+        return;
+    const mx::array *pools[2] = {&k_pool, &v_pool};
+    for (int i = 0; i < 2; i++) {
+        const mx::array *a = pools[i];
+        while (a != nullptr && a->has_primitive()) {
+            const mx::array *source = shared_source(*a);
+            if (source == nullptr) {
+                std::ostringstream text;
+                text << ARRAY_NAMES[5 + i] << " is computed in a traced function (mx.compile, mx.vmap, mx.grad), "
+                     << "made inside it or captured unevaluated, by an MLX operation that makes a new array ("
+                     << a->primitive().name() << "): the call writes into the pool's buffer, which mx.compile "
+                     << "may share with an equal computation of the function or make afresh at each call. Pass "
+                     << "the pool in as an argument of the function (or a slice or transpose of one: "
+                     << "cache[i, ...], not cache[i], which MLX gathers into a copy), or capture an evaluated array";
+                throw Error(RP_ERR_INVALID_ARGUMENT, text.str().c_str());
+            }
+            a = source;
+        }
+    }
+}
+
 void run(rp_context *ctx, const rp_rope_pool_args &args)
 {
     char message[MESSAGE_SIZE];
@@ -119,6 +175,7 @@ std::vector<mx::array> rope_pool_fused(const mx::array &q, const mx::array &k, c
     refuse_unknown_dtypes({&q, &k, &v, &positions, &slots, &k_pool, &v_pool});
     /* q_rot and k_rot are described by q and k themselves: same shape and dtype. */
     run(nullptr, make_args(params, {&q, &k, &v, &positions, &slots, &k_pool, &v_pool, &q, &k}, false));
+    refuse_pools_made_in_a_trace(k_pool, v_pool);
     /* The kernel is ropepool's CPU backend: a GPU stream or device (the default on Apple silicon)
      * gets the CPU stream instead. MLX orders it after the GPU work that produces the inputs
      * (unified memory: no copies), at the price of that synchronisation. A GPU device is replaced
