@@ -203,21 +203,35 @@ static int parse_shape(const char *arg, bench_options *o)
     return 0;
 }
 
+/* A preset's variant text into buf, or NULL when its table cannot be made (then it is not listed). */
+static const char *preset_variant(const bench_shape *p, char *buf, size_t size)
+{
+    double scaling;
+    double table[512];
+    return bench_rope_table(p, table, &scaling) < 0 ? NULL : bench_variant_text(p, scaling, buf, size);
+}
+
 static void list_presets(void)
 {
     int n;
     const bench_shape *p = bench_presets(&n);
-    printf("%-16s %4s %4s %4s %10s  %-60s %s\n", "preset", "Hq", "Hk", "D", "rope_base", "variant", "model");
-    for (int i = 0; i < n; i++) {
-        double scaling;
-        double table[512];
-        char variant[128];
-        if (bench_rope_table(&p[i], table, &scaling) < 0)
-            continue;
-        printf("%-16s %4lld %4lld %4lld %10.0f  %-60s %s\n", p[i].name, (long long)p[i].hq,
-               (long long)p[i].hk, (long long)p[i].d, p[i].rope_base,
-               bench_variant_text(&p[i], scaling, variant, sizeof variant), p[i].model);
-    }
+    char variant[128];
+    /* Columns as wide as their longest entry: fixed widths let the longest names and variants
+     * push the columns after them out of line. */
+    int name_width = (int)strlen("preset"), variant_width = (int)strlen("variant");
+    for (int i = 0; i < n; i++)
+        if (preset_variant(&p[i], variant, sizeof variant)) {
+            if ((int)strlen(p[i].name) > name_width)
+                name_width = (int)strlen(p[i].name);
+            if ((int)strlen(variant) > variant_width)
+                variant_width = (int)strlen(variant);
+        }
+    printf("%-*s %4s %4s %4s %10s  %-*s  %s\n", name_width, "preset", "Hq", "Hk", "D", "rope_base",
+           variant_width, "variant", "model");
+    for (int i = 0; i < n; i++)
+        if (preset_variant(&p[i], variant, sizeof variant))
+            printf("%-*s %4lld %4lld %4lld %10.0f  %-*s  %s\n", name_width, p[i].name, (long long)p[i].hq,
+                   (long long)p[i].hk, (long long)p[i].d, p[i].rope_base, variant_width, variant, p[i].model);
 }
 
 static void list_backends(void)

@@ -194,7 +194,8 @@ typedef struct rp_context_options {
     int32_t num_threads; /* CPU threads per call, the caller's included, at most 4096; 0 = one
                             per online CPU (up to 1024) */
     uint32_t flags;      /* RP_CONTEXT_* */
-    int32_t cuda_device; /* with RP_CONTEXT_CUDA: the device whose calls this context serves */
+    int32_t cuda_device; /* with RP_CONTEXT_CUDA: the device whose calls this context serves;
+                            without it: 0 */
     uint32_t reserved[5]; /* must be 0 */
 } rp_context_options;
 

@@ -193,6 +193,12 @@ rp_status rp_context_create(const rp_context_options *opts, rp_context **out, ch
             return rp_fail(&err, RP_ERR_INVALID_ARGUMENT,
                            "rp_context_options reserved fields must be 0: reserved[%d] is %u", i,
                            (unsigned)o.reserved[i]);
+    /* A device named without the flag would be ignored: refuse it rather than make a CPU-only
+     * context the caller did not ask for. */
+    if (!(o.flags & RP_CONTEXT_CUDA) && o.cuda_device != 0)
+        return rp_fail(&err, RP_ERR_INVALID_ARGUMENT,
+                       "cuda_device %d needs flags RP_CONTEXT_CUDA: without it the context serves the CPU "
+                       "alone (cuda_device must then be 0)", (int)o.cuda_device);
     if ((o.flags & RP_CONTEXT_CUDA) && o.cuda_device < 0)
         return rp_fail(&err, RP_ERR_INVALID_ARGUMENT, "cuda_device must be >= 0, got %d",
                        (int)o.cuda_device);

@@ -538,6 +538,14 @@ static void test_context_options_are_checked(void)
     o.reserved[3] = 0;
     o.flags = 0x80;
     CHECK(rp_context_create(&o, &ctx, msg, sizeof msg) == RP_ERR_INVALID_ARGUMENT, "%s", msg);
+    /* A device without RP_CONTEXT_CUDA made a CPU-only context, silently: the caller who forgot
+     * the flag learnt it only from the first CUDA call's error. */
+    o.flags = 0;
+    o.cuda_device = 1;
+    CHECK(rp_context_create(&o, &ctx, msg, sizeof msg) == RP_ERR_INVALID_ARGUMENT, "%s", msg);
+    CHECK(ctx == NULL, "*out not cleared on failure");
+    CHECK(strcmp(msg, "cuda_device 1 needs flags RP_CONTEXT_CUDA: without it the context serves the "
+                      "CPU alone (cuda_device must then be 0)") == 0, "got %s", msg);
     o.flags = RP_CONTEXT_CUDA;
     o.cuda_device = -1;
     CHECK(rp_context_create(&o, &ctx, msg, sizeof msg) == RP_ERR_INVALID_ARGUMENT, "%s", msg);

@@ -68,6 +68,14 @@ expect_error block_size_of_flat_pools "--block-size 8 needs a paged --kv-layout"
 expect_error pool_of_part_blocks "--pool 64 is not a whole number of --block-size 7 blocks" --kv-layout NHD \
     --block-size 7 --pool 64
 expect_error seed_baseline_turned_off "--baseline seed is the second series" --baseline seed --no-unfused
+# --list-presets is a table: every row's Hq and model columns start where the header's do (fixed
+# widths let deepseek-v3-mla-tp8's name and the mRoPE variants push them out of line).
+"$bench" --list-presets | awk '
+    NR == 1 { hq = index($0, "  Hq "); model = index($0, "model"); next }
+    { name_end = index($0, " ");
+      if (substr($0, hq, 5) !~ /^ *[0-9]+ $/ || substr($0, model - 2, 2) != "  " || substr($0, model, 1) == " ") bad = bad " " substr($0, 1, name_end - 1) }
+    END { if (bad != "") { print "misaligned:" bad; exit 1 } }' >"$tmp/presets" 2>&1 &&
+    echo "ok   list_presets_columns_line_up" || fail "list_presets_columns_line_up: $(cat "$tmp/presets")"
 expect_error list_presets_with_options "--list-presets takes no other options" --list-presets -T abc
 expect_error help_with_a_value "--help takes no value" --help=1
 expect_error list_presets_with_a_value "--list-presets takes no value" --list-presets=all
