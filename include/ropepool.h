@@ -464,6 +464,11 @@ typedef struct rp_rope_pool_args {
  * and not checked: they must hold a positive float32 whose reciprocal is a normal float32.
  *
  * Never writes outside q_rot, k_rot and the rows slots[t] of k_pool and v_pool.
+ * Threads: calls may run at once (on one context or several) on pools they share when their
+ * slots differ. Two running calls that write one slot race: the row may end up mixing them (k from
+ * one call, v from the other). Arrays a running call reads must not be changed meanwhile; a slot
+ * changed during a call leaves unspecified rows, but a value outside the pool is never written
+ * (the CPU kernels check each slot again as they read it).
  * T = 0 is a valid no-op (shapes are still checked). Neither T = 0 nor RP_VALIDATE_ONLY reaches a
  * backend: what only the CUDA backend refuses (head_dim past 4096, QK-norm outside its vectorized
  * kernels, both RP_ERR_UNSUPPORTED, and a bad slot an earlier kernel recorded) is reported by the

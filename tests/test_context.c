@@ -2,9 +2,9 @@
  * test_context.c — one context shared by several threads calling at once: every call's result
  * equals the single-threaded result, whether it got the workers or ran on its own thread. The
  * caller's floating-point modes, a context used in a child of fork() (also one forked while another
- * thread was inside a call), the workers' signal mask.
+ * thread was inside a call), the workers' signal mask, slots another thread changes during a call.
  */
-#include "test_util.h"
+#include "test_levels.h"
 
 #include <fenv.h>
 #include <pthread.h>
@@ -406,6 +406,64 @@ static void test_workers_block_signals(void)
 #endif
 }
 
+/* Slots another thread changes while a call runs (a Python thread can: the binding releases the
+ * GIL for the call) are the caller's race, but must never move a write outside the pools: every
+ * slot was validated before the first write, then read again by the kernel, which wrote past the
+ * pool for a slot changed in between (a Python loop storing P into slots[-1] during calls hit the
+ * row after the pool within 4 calls). Modelled here without a race: each level runs a problem
+ * validated with slots in range whose slots are then changed to rows past the pool. */
+static void test_slots_changed_after_validation_never_write_outside_the_pools(void)
+{
+    enum { T = 24, Hq = 4, Hk = 2, D = 64, P = 32, GUARD = 8, ROW = Hk * D };
+    static const rp_parts passes[][2] = {{RP_PARTS_ALL, RP_PARTS_ALL}, {RP_PARTS_ROTATE, RP_PARTS_SCATTER}};
+    for (int l = 0; l < num_levels; l++) {
+        if (!levels[l].supported)
+            continue;
+        for (int d = 0; d < 3; d++)
+            for (int pass = 0; pass < 2; pass++) {
+                test_rng r = {500 + (uint64_t)d};
+                fixture f; /* pools of P + GUARD rows, passed as their first P */
+                fixture_init(&f, &r, T, Hq, Hk, D, P + GUARD, dtypes[d], d == 1 ? RP_I64 : RP_I32, 1 << 20, 1);
+                for (int64_t t = 0; t < T; t++)
+                    if (t % 4 != 3)
+                        test_store(f.slots, f.index_dtype, t, (double)((t + 5) % P));
+                f.args.k_pool.shape[0] = f.args.v_pool.shape[0] = P;
+                const size_t e = rp_dtype_size(dtypes[d]), pool_bytes = (size_t)((P + GUARD) * ROW) * e;
+                unsigned char *k_before = test_alloc(pool_bytes), *v_before = test_alloc(pool_bytes);
+                memcpy(k_before, f.k_pool, pool_bytes);
+                memcpy(v_before, f.v_pool, pool_bytes);
+                rp_cpu_kernels table = {0};
+                fill_reference(&table);
+                levels[l].fill(&table);
+                double freq[512];
+                rp_problem p = problem_of(&f, freq);
+                CHECK(rp_validate_slots(&p, f.slots, &(rp_err){NULL, 0}) == RP_OK, "the slots do not validate");
+                for (int64_t t = 0; t < T; t += 3) /* after validation: rows P .. P + GUARD - 1 */
+                    test_store(f.slots, f.index_dtype, t, (double)(P + t % GUARD));
+                for (int i = 0; i < 2 && (i == 0 || passes[pass][1] != RP_PARTS_ALL); i++)
+                    table.rope_pool[dtypes[d]](&p, passes[pass][i], 0, T);
+                CHECK(memcmp((unsigned char *)f.k_pool + (size_t)(P * ROW) * e, k_before + (size_t)(P * ROW) * e,
+                             (size_t)(GUARD * ROW) * e) == 0 &&
+                      memcmp((unsigned char *)f.v_pool + (size_t)(P * ROW) * e, v_before + (size_t)(P * ROW) * e,
+                             (size_t)(GUARD * ROW) * e) == 0,
+                      "%s, %s, %s: a slot changed after validation wrote past the pool", levels[l].name,
+                      rp_dtype_name(dtypes[d]), pass ? "rotate then scatter" : "fused");
+                /* Tokens whose slots were not changed wrote their rows as usual. */
+                for (int64_t t = 1; t < T; t++)
+                    if (t % 3 != 0 && t % 4 != 3)
+                        CHECK(memcmp((unsigned char *)f.v_pool + (size_t)(((t + 5) % P) * ROW) * e,
+                                     (unsigned char *)f.v + (size_t)(t * ROW) * e, (size_t)ROW * e) == 0 &&
+                              memcmp((unsigned char *)f.k_pool + (size_t)(((t + 5) % P) * ROW) * e,
+                                     (unsigned char *)f.k_rot + (size_t)(t * ROW) * e, (size_t)ROW * e) == 0,
+                              "%s, %s, %s: token %lld's pool rows were not written", levels[l].name,
+                              rp_dtype_name(dtypes[d]), pass ? "rotate then scatter" : "fused", (long long)t);
+                free(k_before);
+                free(v_before);
+                fixture_free(&f);
+            }
+    }
+}
+
 int main(void)
 {
     RUN(test_concurrent_calls_on_one_context);
@@ -416,5 +474,7 @@ int main(void)
     RUN(test_a_context_made_before_fork_serves_the_child);
     RUN(test_fork_while_another_thread_is_in_a_call);
     RUN(test_workers_block_signals);
+    find_levels();
+    RUN(test_slots_changed_after_validation_never_write_outside_the_pools);
     return test_summary("test_context");
 }

@@ -136,7 +136,7 @@ static void rope_pool_portable(const rp_problem *p, rp_parts parts, int64_t t_be
     const rp_cpu_norm *kg = rp_cpu_norm_prepare(p, &p->k_norm, &k_factors);
     for (int64_t t = t_begin; t < t_end; t++) {
         const int64_t pos = rp_load_index(p->positions, p->pos_dtype, p->pos_stride, t);
-        const int64_t slot = rp_load_index(p->slots, p->slot_dtype, p->slot_stride, t);
+        const int64_t slot = rp_load_slot(p, t);
         const int write_pool = slot >= 0 && parts != RP_PARTS_ROTATE;
         for (int64_t i0 = 0; parts != RP_PARTS_SCATTER && i0 < half; i0 += CHUNK) {
             const int64_t n = half - i0 < CHUNK ? half - i0 : CHUNK;

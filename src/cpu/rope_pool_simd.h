@@ -300,7 +300,7 @@ enum { SIMD_TOUCH_AHEAD = 8 };
 
 static inline void simd_touch_pool_rows(const rp_problem *p, int64_t t, int64_t pool_elem)
 {
-    const int64_t slot = rp_load_index(p->slots, p->slot_dtype, p->slot_stride, t);
+    const int64_t slot = rp_load_slot(p, t);
     if (slot < 0)
         return;
     const int64_t last = p->num_kv_heads - 1;
@@ -513,7 +513,7 @@ static RP_ALWAYS_INLINE void simd_rope_pool_pass(const rp_problem *p, rp_parts p
             for (int64_t u = t + SIMD_TOUCH_AHEAD; u < t_end && u < t + 2 * SIMD_TOUCH_AHEAD; u++)
                 simd_touch_pool_rows(p, u, pool_elem);
         const double pos = (double)rp_load_index(p->positions, p->pos_dtype, p->pos_stride, t);
-        const int64_t slot = rp_load_index(p->slots, p->slot_dtype, p->slot_stride, t);
+        const int64_t slot = rp_load_slot(p, t);
         const int write_pool = pools && slot >= 0;
         if (write_pool)
             simd_copy_heads(dt, pool_dt, stream_pool, p, p->v, p->v_stride, p->v_pool, p->v_pool_stride, t,

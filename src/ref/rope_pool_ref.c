@@ -155,7 +155,7 @@ static void rope_head(const rp_problem *p, const void *src, const int64_t src_st
 void rp_ref_rope_pool(const rp_problem *p, rp_parts parts, int64_t t_begin, int64_t t_end)
 {
     for (int64_t t = t_begin; t < t_end; t++) {
-        const int64_t slot = rp_load_index(p->slots, p->slot_dtype, p->slot_stride, t);
+        const int64_t slot = rp_load_slot(p, t);
         const int write_pool = slot >= 0 && parts != RP_PARTS_ROTATE;
         for (int64_t h = 0; parts != RP_PARTS_SCATTER && h < p->num_qo_heads; h++)
             rope_head(p, p->q, p->q_stride, &p->q_norm, p->q_rot, p->q_rot_stride, 0, slot, t, h);
