@@ -3,7 +3,8 @@
  * first use and kept for the life of the process (a context owns worker threads and a frequency
  * cache: creating one per call would cost more than the call).
  *
- * Creation happens with the GIL held, so two Python threads never create the same context. After
+ * Creation happens with the GIL held (and no Python code runs between the last look for a context
+ * and its creation), so two Python threads never create the same context. After
  * fork() the child has none of the parent's worker threads: it forgets the contexts (leaking their
  * memory rather than joining threads that do not exist there) and creates its own on first use.
  */
@@ -87,6 +88,11 @@ rp_context *rpy_cuda_context(int device, int create_if_missing)
     const int capturing = rpy_torch_is_capturing();
     if (capturing < 0)
         return NULL;
+    /* The question ran Python code, where another thread may have taken the GIL and made this
+     * device's context: a second one would replace it, and a bad slot its kernels had recorded
+     * would never be reported. */
+    if (cuda_contexts[device] != NULL)
+        return cuda_contexts[device];
     if (capturing) {
         rpy_refuse("ropepool has no context for cuda:%d yet, and creating one allocates device memory, which "
                    "CUDA graph capture forbids: call rope_pool_fused once on cuda:%d before capturing (a warm-up "

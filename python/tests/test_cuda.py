@@ -160,6 +160,52 @@ except Exception as e:
             f"capturing (a warm-up run)") in done.stdout
 
 
+FIRST_CALLS_FROM_TWO_THREADS = f"""
+import sys, threading
+sys.path.insert(0, {TESTS_DIR!r})
+import torch, ropepool, helpers
+asked = torch.cuda.is_current_stream_capturing
+bad_call_done = threading.Event()
+def ask():  # where the binding asks torch (Python code) before it makes the device's context
+    if threading.current_thread().name == "good":
+        bad_call_done.wait(60)  # as a thread switch there would: the other first call goes first
+    return asked()
+torch.cuda.is_current_stream_capturing = ask
+fw = helpers.make_framework("torch-cuda")
+problems = {{"bad": helpers.Problem(fw, slots={OUT_OF_RANGE!r}), "good": helpers.Problem(fw)}}
+raised = []
+def first_call():
+    try:
+        problems[threading.current_thread().name].call(ropepool)
+    except ropepool.RopePoolError as e:
+        raised.append(str(e))
+    finally:
+        if threading.current_thread().name == "bad":
+            bad_call_done.set()
+threads = [threading.Thread(target=first_call, name=name) for name in ("good", "bad")]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+try:
+    ropepool.check_cuda()
+except ropepool.RopePoolError as e:
+    raised.append(str(e))
+print(raised)
+"""
+
+
+def test_first_calls_from_two_threads_share_one_context(ropepool, gpu, cpu):
+    """Two threads' first calls on a device: the binding asks torch (Python code, where the GIL
+    may pass) whether a graph is being captured before it makes the context, and both made one;
+    the second replaced the first, and the bad slot the first call's kernel recorded there was
+    never reported (neither by the second call nor by check_cuda)."""
+    done = subprocess.run([sys.executable, "-c", FIRST_CALLS_FROM_TWO_THREADS], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == repr([str(cpu_message(ropepool, cpu, slots=OUT_OF_RANGE))])
+
+
 def test_tensors_on_another_device_than_the_current_one(ropepool, gpu):
     torch = gpu.torch
     if torch.cuda.device_count() < 2:
