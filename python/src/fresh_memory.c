@@ -65,7 +65,11 @@ static struct {
     size_t bytes[CACHE_BLOCKS + 1];
     int count;
     size_t total;
-} cache = {PTHREAD_MUTEX_INITIALIZER, {0}, {0}, 0, 0};
+    /* ROPEPOOL_OUTPUT_CACHE_MB as the last take read it, with the GIL held. give keeps to it: it
+     * runs on whichever thread frees an output, perhaps without the GIL, where a getenv could race
+     * a Python thread's os.environ update (setenv may move the environment it reads). */
+    size_t limit;
+} cache = {PTHREAD_MUTEX_INITIALIZER, {0}, {0}, 0, 0, 0};
 
 /* fork() while another thread holds the lock would leave it held forever in the child, whose next
  * large output would then hang. Python's threads take and give blocks holding the GIL, which
@@ -97,8 +101,33 @@ static void drop(int i)
     cache.count--;
 }
 
+/* Drops the smallest blocks (the oldest of equals) until the cache holds at most CACHE_BLOCKS within
+ * cache.limit, into evicted (at most CACHE_BLOCKS + 1), and returns how many: the caller holds the
+ * lock, and unmaps them (release_blocks) after releasing it, since unmapping takes a while. */
+static int evict(void **evicted, size_t *evicted_bytes)
+{
+    int num = 0;
+    while (cache.count > CACHE_BLOCKS || cache.total > cache.limit) {
+        int smallest = 0;
+        for (int i = 1; i < cache.count; i++)
+            if (cache.bytes[i] < cache.bytes[smallest])
+                smallest = i;
+        evicted[num] = cache.block[smallest];
+        evicted_bytes[num++] = cache.bytes[smallest];
+        cache.total -= cache.bytes[smallest];
+        drop(smallest);
+    }
+    return num;
+}
+
+static void release_blocks(void *const *blocks, const size_t *bytes, int num)
+{
+    for (int i = 0; i < num; i++)
+        munmap(blocks[i], bytes[i]);
+}
+
 /* ROPEPOOL_OUTPUT_CACHE_MB in bytes into *limit; -1 when it is not a whole number of MiB up to
- * 2^30 (take refuses the call then; give, which cannot raise, treats it as 0). */
+ * 2^30 (take refuses the call then). */
 static int cache_limit(size_t *limit)
 {
     long long mb;
@@ -141,12 +170,19 @@ void *rpy_output_block_take(const rp_tensor *like, size_t *block_bytes)
                    getenv("ROPEPOOL_OUTPUT_CACHE_MB"));
         return NULL;
     }
-    if (limit == 0)
-        return NULL;
     const size_t bytes = (need + HUGE_PAGE - 1) & ~(size_t)(HUGE_PAGE - 1);
     void *found = NULL;
     pthread_once(&fork_handlers_once, install_fork_handlers);
+    void *evicted[CACHE_BLOCKS + 1];
+    size_t evicted_bytes[CACHE_BLOCKS + 1];
     pthread_mutex_lock(&cache.lock);
+    cache.limit = limit; /* a lower limit frees what it no longer holds now, not at the next give */
+    const int num_evicted = evict(evicted, evicted_bytes);
+    if (limit == 0) {
+        pthread_mutex_unlock(&cache.lock);
+        release_blocks(evicted, evicted_bytes, num_evicted);
+        return NULL;
+    }
     int best = -1; /* the smallest block that holds the output, the newest of equals */
     for (int i = cache.count - 1; i >= 0; i--)
         if (cache.bytes[i] >= bytes && (best < 0 || cache.bytes[i] < cache.bytes[best]))
@@ -158,6 +194,7 @@ void *rpy_output_block_take(const rp_tensor *like, size_t *block_bytes)
         drop(best);
     }
     pthread_mutex_unlock(&cache.lock);
+    release_blocks(evicted, evicted_bytes, num_evicted);
     if (found == NULL) {
         found = map_block(bytes);
         *block_bytes = bytes;
@@ -167,32 +204,20 @@ void *rpy_output_block_take(const rp_tensor *like, size_t *block_bytes)
 
 void rpy_output_block_give(void *block, size_t bytes)
 {
-    size_t limit;
-    (void)cache_limit(&limit);
     void *evicted[CACHE_BLOCKS + 1];
     size_t evicted_bytes[CACHE_BLOCKS + 1];
-    int num_evicted = 0;
-    if (bytes > limit) {
+    pthread_mutex_lock(&cache.lock);
+    if (bytes > cache.limit) {
+        pthread_mutex_unlock(&cache.lock);
         munmap(block, bytes);
         return;
     }
-    pthread_mutex_lock(&cache.lock);
     cache.block[cache.count] = block; /* the spare entry: CACHE_BLOCKS + 1 */
     cache.bytes[cache.count++] = bytes;
     cache.total += bytes;
-    while (cache.count > CACHE_BLOCKS || cache.total > limit) {
-        int smallest = 0; /* the oldest of equals */
-        for (int i = 1; i < cache.count; i++)
-            if (cache.bytes[i] < cache.bytes[smallest])
-                smallest = i;
-        evicted[num_evicted] = cache.block[smallest];
-        evicted_bytes[num_evicted++] = cache.bytes[smallest];
-        cache.total -= cache.bytes[smallest];
-        drop(smallest);
-    }
+    const int num_evicted = evict(evicted, evicted_bytes);
     pthread_mutex_unlock(&cache.lock);
-    for (int i = 0; i < num_evicted; i++) /* outside the lock: unmapping takes a while */
-        munmap(evicted[i], evicted_bytes[i]);
+    release_blocks(evicted, evicted_bytes, num_evicted);
 }
 #else
 void *rpy_output_block_take(const rp_tensor *like, size_t *block_bytes)
