@@ -267,7 +267,7 @@ static rp_status check_params(const rp_hf_rope_params *p, rp_err *err)
                     return rp_fail(err, RP_ERR_INVALID_ARGUMENT, "%s[%lld] must be finite and > 0, got %g",
                                    name, (long long)j, f[j]);
                 if (!isfinite(f32(f[j]))) { /* the table divides by it in float32: by infinity, 0 */
-                    char entry[32];
+                    char entry[48]; /* a factor name and an int64 index */
                     snprintf(entry, sizeof entry, "%s[%lld]", name, (long long)j);
                     return refuse_float32_overflow(err, entry, f[j]);
                 }
