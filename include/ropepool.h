@@ -560,7 +560,7 @@ RP_API rp_status rp_hf_rope_style(const char *model_type, int32_t rope_interleav
  * forces a lower level; a name that is no level of this build, or a level this CPU cannot run,
  * makes every CPU call fail with RP_ERR_INVALID_ARGUMENT naming it (RP_VALIDATE_ONLY and T = 0 calls
  * included; never another level run in its place), and this function return "none". With ROPEPOOL_VERBOSE=1 the choice (or that refusal)
- * is printed to stderr once. Calls whose
+ * is printed to stderr once; a ROPEPOOL_VERBOSE other than 0 or 1 is refused the same way. Calls whose
  * head_dim is not the innermost contiguous dimension of every tensor fall back to the reference
  * kernel. */
 RP_API const char *rp_cpu_kernel_name(void);

@@ -291,9 +291,10 @@ typedef struct rp_cpu_kernels {
 } rp_cpu_kernels;
 
 const rp_cpu_kernels *rp_cpu_kernel_table(void);
-/* RP_OK, or an error naming ROPEPOOL_CPU when it asks for a level this process cannot run: such a
- * cap is refused, never served by another level (dispatch.c). */
-rp_status rp_cpu_check_forced_level(rp_err *err);
+/* RP_OK, or an error naming ROPEPOOL_CPU when it asks for a level this process cannot run (such a
+ * cap is refused, never served by another level), or ROPEPOOL_VERBOSE when it is neither 0 nor 1
+ * (dispatch.c). */
+rp_status rp_cpu_check_settings(rp_err *err);
 
 /* ---- context internals shared with the CPU backend ------------------------------------------------ */
 

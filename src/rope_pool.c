@@ -41,7 +41,7 @@ static rp_status run(rp_context *ctx, const rp_rope_pool_args *args, rp_parts pa
     const int on_cuda = args->q.device.type == RP_DEVICE_CUDA;
     /* A ROPEPOOL_CPU that refuses every CPU call refuses RP_VALIDATE_ONLY's too: it needs no memory,
      * and a lazy binding must not accept at the call what its evaluation will refuse. */
-    if ((!on_cuda && (st = rp_cpu_check_forced_level(&err)) != RP_OK) || (args->flags & RP_VALIDATE_ONLY))
+    if ((!on_cuda && (st = rp_cpu_check_settings(&err)) != RP_OK) || (args->flags & RP_VALIDATE_ONLY))
         return st;
 
     if (on_cuda) {

@@ -575,15 +575,19 @@ static void test_names_and_version(void)
     CHECK(strcmp(rp_dtype_name(RP_DTYPE_OTHER), "an unsupported type") == 0, "other");
 }
 
-/* Run as `test_checks forced-level` with ROPEPOOL_CPU naming no level (tests/CMakeLists.txt): every
- * CPU call is refused naming it, RP_VALIDATE_ONLY's and T = 0's included (validate-only calls
- * accepted what their evaluation then refused), and nothing is written. */
-static void test_forced_level_refuses_every_call(void)
+/* Run as `test_checks bad-setting` with ROPEPOOL_CPU naming no level, or ROPEPOOL_VERBOSE neither 0
+ * nor 1 (tests/CMakeLists.txt): every CPU call is refused naming it, RP_VALIDATE_ONLY's and T = 0's
+ * included (validate-only calls accepted what their evaluation then refused), and nothing is
+ * written. */
+static void test_a_bad_setting_refuses_every_call(void)
 {
-    const char *forced = getenv("ROPEPOOL_CPU");
-    CHECK(forced && strcmp(forced, "no-such-level") == 0, "run with ROPEPOOL_CPU=no-such-level, got %s",
-          forced ? forced : "(unset)");
-    const char *want = "ROPEPOOL_CPU=no-such-level is not a CPU kernel level of this build (";
+    const char *forced = getenv("ROPEPOOL_CPU"), *verbose = getenv("ROPEPOOL_VERBOSE");
+    const int cpu = forced && strcmp(forced, "no-such-level") == 0;
+    CHECK(cpu || (verbose && strcmp(verbose, "false") == 0),
+          "run with ROPEPOOL_CPU=no-such-level or ROPEPOOL_VERBOSE=false, got %s and %s", forced ? forced : "(unset)",
+          verbose ? verbose : "(unset)");
+    const char *want = cpu ? "ROPEPOOL_CPU=no-such-level is not a CPU kernel level of this build ("
+                           : "ROPEPOOL_VERBOSE=false is neither 0 nor 1 (1 prints the CPU kernel choice to stderr)";
     for (int kind = 0; kind < 3; kind++) { /* a call, a validate-only call, T = 0 */
         fixture f;
         fixture_init(&f, &rng, kind == 2 ? 0 : 3, 4, 2, 16, 8, RP_BF16, RP_I64, 100, 0);
@@ -602,9 +606,9 @@ static void test_forced_level_refuses_every_call(void)
 
 int main(int argc, char **argv)
 {
-    if (argc > 1 && strcmp(argv[1], "forced-level") == 0) {
-        RUN(test_forced_level_refuses_every_call);
-        return test_summary("test_checks forced-level");
+    if (argc > 1 && strcmp(argv[1], "bad-setting") == 0) {
+        RUN(test_a_bad_setting_refuses_every_call);
+        return test_summary("test_checks bad-setting");
     }
     RUN(test_dtypes_and_scalars_name_the_value);
     RUN(test_rope_variant_fields_name_the_value);

@@ -53,6 +53,9 @@ int rpy_torch_is_capturing(void);
 /* The index of torch's current CUDA device, or -1 with an exception. */
 int rpy_torch_current_device(void);
 
+/* Reads ROPEPOOL_TORCH_EXCHANGE and ROPEPOOL_TORCH_NATIVE (at import): 0, or -1 with an ImportError
+ * naming a value that is neither 0 nor 1. */
+int rpy_torch_read_switches(void);
 /* How torch tensors are read: "native", "exchange" or "surface"; NULL while torch is not imported. */
 const char *rpy_torch_reader(void);
 /* 1 if obj is an instance of a subclass of torch.Tensor other than Parameter (FakeTensor,

@@ -225,7 +225,8 @@ PyMODINIT_FUNC PyInit__ropepool(void)
                      RP_VERSION_MAJOR, RP_VERSION_MINOR, RP_VERSION_PATCH, rp_version_string());
         return NULL;
     }
-    if (rpy_numpy_import() < 0 || rpy_call_init() < 0 || rpy_contexts_init() < 0)
+    if (rpy_numpy_import() < 0 || rpy_torch_read_switches() < 0 || rpy_call_init() < 0 ||
+        rpy_contexts_init() < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL)

@@ -63,10 +63,33 @@ static PyObject *attr_path(PyObject *obj, const char *dotted)
     return obj;
 }
 
-static int allowed(const char *variable)
+/* The readers' switches, read when the module is imported (rpy_torch_read_switches): 1 = on. */
+static int exchange_allowed = 1, native_allowed = 1;
+
+/* An on/off variable: unset or empty leaves *on as it is, "0" and "1" set it; anything else (say
+ * "false", meant as off) is refused rather than read as either. */
+static int read_switch(const char *variable, const char *what, int *on)
 {
     const char *setting = getenv(variable);
-    return setting == NULL || strcmp(setting, "0") != 0;
+    if (setting == NULL || *setting == '\0')
+        return 0;
+    if (strcmp(setting, "0") == 0 || strcmp(setting, "1") == 0) {
+        *on = setting[0] == '1';
+        return 0;
+    }
+    PyErr_Format(PyExc_ImportError, "ropepool: %s=%s is neither 0 nor 1 (0 %s); set it to 0 or 1, or unset it",
+                 variable, setting, what);
+    return -1;
+}
+
+int rpy_torch_read_switches(void)
+{
+    return read_switch("ROPEPOOL_TORCH_EXCHANGE", "reads torch tensors through their Python surface",
+                       &exchange_allowed) < 0 ||
+                   read_switch("ROPEPOOL_TORCH_NATIVE", "turns the ropepool._ropepool_torch extension off",
+                               &native_allowed) < 0
+               ? -1
+               : 0;
 }
 
 /* The extension's table, or NULL (not built, built against another torch, or turned off). */
@@ -110,7 +133,7 @@ static int find_torch(void)
     if (parameter_type == NULL)
         Py_XDECREF(parameter);
     PyErr_Clear(); /* a torch without nn.Parameter: every subclass takes the Python surface */
-    exchange = allowed("ROPEPOOL_TORCH_EXCHANGE") ? rpy_dlpack_exchange_api(tensor) : NULL;
+    exchange = exchange_allowed ? rpy_dlpack_exchange_api(tensor) : NULL;
     /* Autograd and the negative bit, looked up once; a torch without one of them skips its check. */
     is_neg_fn = PyObject_GetAttrString(tensor, "is_neg");
     is_grad_enabled_fn = attr_path(torch, "_C.is_grad_enabled");
@@ -123,7 +146,7 @@ static int find_torch(void)
     unpack_dual_fn = attr_path(torch, "_VF._unpack_dual");
     dispatch_modes_fn = attr_path(torch, "_C._len_torch_dispatch_stack");
     PyErr_Clear();
-    native = exchange != NULL && allowed("ROPEPOOL_TORCH_NATIVE") ? load_native() : NULL;
+    native = exchange != NULL && native_allowed ? load_native() : NULL;
     torch_module = torch;
     empty_like_fn = empty_like;
     contiguous_format = contiguous;

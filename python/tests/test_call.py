@@ -451,6 +451,40 @@ def test_a_cpu_kernel_level_this_process_cannot_run_is_refused(ropepool, level):
     assert f"ropepool: CPU kernels: none, every CPU call is refused: {message}" in done.stderr, done.stderr
 
 
+@pytest.mark.parametrize("value", ["false", "off", "2", " 1"])
+def test_a_verbose_setting_that_is_neither_0_nor_1_is_refused(ropepool, value):
+    """ROPEPOOL_VERBOSE=false (meant as off) printed the kernel choice, as any value but "0" did:
+    a setting read as neither, so every CPU call is refused naming it, and nothing is written."""
+    code = ("import sys; sys.path.insert(0, %r); import ropepool, helpers; "
+            "fw = helpers.make_framework('numpy'); p = helpers.Problem(fw, T=16); b = p.snapshot()\n"
+            "try:\n    p.call(ropepool)\nexcept ropepool.RopePoolError as e:\n    print(e)\n"
+            "assert all((old == fw.bits(x)).all() for old, x in zip(b, p.arrays())), 'written'\n"
+            "print(ropepool.cpu_kernel())"
+            % os.path.dirname(os.path.abspath(__file__)))
+    done = run_python(code, ROPEPOOL_VERBOSE=value)
+    assert done.returncode == 0, done.stderr
+    message, kernel = done.stdout.strip().split("\n")
+    assert message == (f"ROPEPOOL_VERBOSE={value} is neither 0 nor 1 (1 prints the CPU kernel choice to stderr); "
+                       "set it to 0 or 1, or unset it"), done.stdout
+    assert kernel == "none"
+    for quiet in ("0", ""):
+        done = run_python("import ropepool; print(ropepool.cpu_kernel())", ROPEPOOL_VERBOSE=quiet)
+        assert done.returncode == 0 and done.stdout.strip() != "none" and "ropepool:" not in done.stderr, done
+
+
+@pytest.mark.parametrize("switch", ["ROPEPOOL_TORCH_NATIVE", "ROPEPOOL_TORCH_EXCHANGE"])
+def test_a_torch_reader_switch_that_is_neither_0_nor_1_fails_the_import(ropepool, switch):
+    """ROPEPOOL_TORCH_NATIVE=false kept the native reader on: only "0" turned it off. A value
+    that is neither 0 nor 1 now fails the import, naming it, before any tensor is read."""
+    done = run_python("import ropepool", **{switch: "false"})
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"ImportError: ropepool: {switch}=false is neither 0 nor 1 (0 "), done.stderr
+    assert last.endswith("); set it to 0 or 1, or unset it"), done.stderr
+    done = run_python("import ropepool", **{switch: "1"})
+    assert done.returncode == 0, done.stderr
+
+
 def test_error_type_is_a_value_error(ropepool):
     assert issubclass(ropepool.RopePoolError, ValueError)
 

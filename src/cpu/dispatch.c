@@ -5,8 +5,9 @@
  * replace its entries in order (x86-64: portable, avx2, avx512; aarch64: portable, neon).
  * ROPEPOOL_CPU=<level> caps the level; a name that is no level, or a level the CPU or this build
  * lacks, is never run instead by another: every CPU call is then refused with a message naming it
- * (rp_cpu_check_forced_level) and rp_cpu_kernel_name says "none". ROPEPOOL_VERBOSE=1 prints the
- * choice, or the refusal.
+ * (rp_cpu_check_settings) and rp_cpu_kernel_name says "none". ROPEPOOL_VERBOSE=1 prints the
+ * choice, or the refusal; a ROPEPOOL_VERBOSE other than 0 or 1 (say "false", meant as off) is
+ * refused the same way rather than read as either.
  */
 #include "kernels.h"
 
@@ -46,9 +47,10 @@ enum { NUM_LEVELS = (int)(sizeof levels / sizeof levels[0]) };
 
 static rp_cpu_kernels table;
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
-/* ROPEPOOL_CPU as read by fill_table, when it names a level this process cannot run */
-static enum { FORCED_OK, FORCED_UNKNOWN, FORCED_UNSUPPORTED } forced_state;
-static char forced_name[64];
+/* The settings as read by fill_table: OK, or ROPEPOOL_CPU names a level this process cannot run
+ * (forced_name), or ROPEPOOL_VERBOSE is neither 0 nor 1 (verbose_text). */
+static enum { SETTINGS_OK, FORCED_UNKNOWN, FORCED_UNSUPPORTED, VERBOSE_UNKNOWN } settings_state;
+static char forced_name[64], verbose_text[64];
 
 #ifdef RP_HAVE_X86_KERNELS
 /* CPUID leaf 1, ECX bit 29: __builtin_cpu_supports has no "f16c" before clang 15. F16C needs
@@ -93,15 +95,19 @@ static int best_supported(void)
     return level_index("portable");
 }
 
-/* The refusal of a ROPEPOOL_CPU that cannot run (forced_state, once read). */
-static rp_status forced_level_refusal(rp_err *err)
+/* The refusal of the settings (settings_state, once read). */
+static rp_status settings_refusal(rp_err *err)
 {
+    if (settings_state == VERBOSE_UNKNOWN)
+        return rp_fail(err, RP_ERR_INVALID_ARGUMENT,
+                       "ROPEPOOL_VERBOSE=%s is neither 0 nor 1 (1 prints the CPU kernel choice to stderr); "
+                       "set it to 0 or 1, or unset it", verbose_text);
     char names[128] = "";
     for (int i = NUM_LEVELS - 1; i >= 0; i--) {
         const size_t used = strlen(names);
         snprintf(names + used, sizeof names - used, "%s%s", levels[i].name, i ? ", " : "");
     }
-    if (forced_state == FORCED_UNKNOWN)
+    if (settings_state == FORCED_UNKNOWN)
         return rp_fail(err, RP_ERR_INVALID_ARGUMENT,
                        "ROPEPOOL_CPU=%s is not a CPU kernel level of this build (%s); unset it for the "
                        "best this CPU runs", forced_name, names);
@@ -116,21 +122,26 @@ static void fill_table(void)
     const char *forced = getenv("ROPEPOOL_CPU");
     if (forced && *forced) {
         const int found = level_index(forced);
-        forced_state = found < 0 ? FORCED_UNKNOWN : found > level ? FORCED_UNSUPPORTED : FORCED_OK;
+        settings_state = found < 0 ? FORCED_UNKNOWN : found > level ? FORCED_UNSUPPORTED : SETTINGS_OK;
         snprintf(forced_name, sizeof forced_name, "%s", forced);
-        if (forced_state == FORCED_OK)
+        if (settings_state == SETTINGS_OK)
             level = found;
+    }
+    const char *verbose = getenv("ROPEPOOL_VERBOSE");
+    const int print = verbose != NULL && strcmp(verbose, "1") == 0;
+    if (verbose != NULL && *verbose && !print && strcmp(verbose, "0") != 0 && settings_state == SETTINGS_OK) {
+        settings_state = VERBOSE_UNKNOWN;
+        snprintf(verbose_text, sizeof verbose_text, "%s", verbose);
     }
     for (int i = 0; i <= level; i++)
         levels[i].fill(&table);
-    const char *verbose = getenv("ROPEPOOL_VERBOSE");
-    if (verbose && *verbose && strcmp(verbose, "0") != 0) {
-        if (forced_state == FORCED_OK) {
+    if (print || settings_state == VERBOSE_UNKNOWN) {
+        if (settings_state == SETTINGS_OK) {
             fprintf(stderr, "ropepool: CPU kernels: %s\n", table.name);
         } else {
             char message[256];
             rp_err err = {message, sizeof message};
-            forced_level_refusal(&err); /* not rp_cpu_check_forced_level: this runs inside its pthread_once */
+            settings_refusal(&err); /* not rp_cpu_check_settings: this runs inside its pthread_once */
             fprintf(stderr, "ropepool: CPU kernels: none, every CPU call is refused: %s\n", message);
         }
     }
@@ -142,10 +153,10 @@ const rp_cpu_kernels *rp_cpu_kernel_table(void)
     return &table;
 }
 
-rp_status rp_cpu_check_forced_level(rp_err *err)
+rp_status rp_cpu_check_settings(rp_err *err)
 {
     rp_cpu_kernel_table();
-    return forced_state == FORCED_OK ? RP_OK : forced_level_refusal(err);
+    return settings_state == SETTINGS_OK ? RP_OK : settings_refusal(err);
 }
 
 int rp_cpu_level_supported(const char *level)
@@ -157,5 +168,5 @@ int rp_cpu_level_supported(const char *level)
 const char *rp_cpu_kernel_name(void)
 {
     const char *name = rp_cpu_kernel_table()->name;
-    return forced_state == FORCED_OK ? name : "none"; /* what runs: nothing (rp_cpu_check_forced_level) */
+    return settings_state == SETTINGS_OK ? name : "none"; /* what runs: nothing (rp_cpu_check_settings) */
 }
