@@ -427,6 +427,15 @@ def test_forced_cpu_kernel_level_is_reported_and_exact(ropepool):
     assert done.stdout.strip() == "reference"
 
 
+# A call in a fresh process that prints the refusal it expects and then the CPU kernel level, and
+# fails if the refused call wrote anything.
+REFUSED_CALL = ("import sys; sys.path.insert(0, %r); import ropepool, helpers; "
+                "fw = helpers.make_framework('numpy'); p = helpers.Problem(fw, T=16); b = p.snapshot()\n"
+                "try:\n    p.call(ropepool)\nexcept ropepool.RopePoolError as e:\n    print(e)\n"
+                "assert all((old == fw.bits(x)).all() for old, x in zip(b, p.arrays())), 'written'\n"
+                "print(ropepool.cpu_kernel())" % os.path.dirname(os.path.abspath(__file__)))
+
+
 @pytest.mark.parametrize("level", ["bogus", "AVX2", "above"])
 def test_a_cpu_kernel_level_this_process_cannot_run_is_refused(ropepool, level):
     """ROPEPOOL_CPU naming no level of this build, or one above what the CPU runs, fails every CPU
@@ -436,13 +445,7 @@ def test_a_cpu_kernel_level_this_process_cannot_run_is_refused(ropepool, level):
         if kernel not in levels[:-1]:
             pytest.skip(f"this CPU runs the highest level of this build ({kernel})")
         level = levels[levels.index(kernel) + 1]
-    code = ("import sys; sys.path.insert(0, %r); import ropepool, helpers; "
-            "fw = helpers.make_framework('numpy'); p = helpers.Problem(fw, T=16); b = p.snapshot()\n"
-            "try:\n    p.call(ropepool)\nexcept ropepool.RopePoolError as e:\n    print(e)\n"
-            "assert all((old == fw.bits(x)).all() for old, x in zip(b, p.arrays())), 'written'\n"
-            "print(ropepool.cpu_kernel())"
-            % os.path.dirname(os.path.abspath(__file__)))
-    done = run_python(code, ROPEPOOL_CPU=level, ROPEPOOL_VERBOSE="1")
+    done = run_python(REFUSED_CALL, ROPEPOOL_CPU=level, ROPEPOOL_VERBOSE="1")
     assert done.returncode == 0, done.stderr
     message, kernel = done.stdout.strip().split("\n")
     assert message.startswith(f"ROPEPOOL_CPU={level} is "), done.stdout
@@ -455,13 +458,7 @@ def test_a_cpu_kernel_level_this_process_cannot_run_is_refused(ropepool, level):
 def test_a_verbose_setting_that_is_neither_0_nor_1_is_refused(ropepool, value):
     """ROPEPOOL_VERBOSE=false (meant as off) printed the kernel choice, as any value but "0" did:
     a setting read as neither, so every CPU call is refused naming it, and nothing is written."""
-    code = ("import sys; sys.path.insert(0, %r); import ropepool, helpers; "
-            "fw = helpers.make_framework('numpy'); p = helpers.Problem(fw, T=16); b = p.snapshot()\n"
-            "try:\n    p.call(ropepool)\nexcept ropepool.RopePoolError as e:\n    print(e)\n"
-            "assert all((old == fw.bits(x)).all() for old, x in zip(b, p.arrays())), 'written'\n"
-            "print(ropepool.cpu_kernel())"
-            % os.path.dirname(os.path.abspath(__file__)))
-    done = run_python(code, ROPEPOOL_VERBOSE=value)
+    done = run_python(REFUSED_CALL, ROPEPOOL_VERBOSE=value)
     assert done.returncode == 0, done.stderr
     message, kernel = done.stdout.strip().split("\n")
     assert message == (f"ROPEPOOL_VERBOSE={value} is neither 0 nor 1 (1 prints the CPU kernel choice to stderr); "
