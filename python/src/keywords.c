@@ -342,7 +342,10 @@ int rpy_inv_freq(PyObject *obj, int64_t count, double *out)
         return -1;
     int result = 0;
     if (t.dtype != RP_F32 && t.dtype != RP_F64) {
-        PyObject *dtype = PyObject_GetAttrString(host, "dtype");
+        /* the library's name where it has one ("int32", not torch's "torch.int32": the same words
+         * on every surface), else the framework's */
+        PyObject *dtype = t.dtype == RP_DTYPE_OTHER ? PyObject_GetAttrString(host, "dtype")
+                                                    : PyUnicode_FromString(rp_dtype_name((rp_dtype)t.dtype));
         if (dtype != NULL)
             rpy_refuse("inv_freq must hold float32 or float64 values, got dtype %S", dtype);
         Py_XDECREF(dtype);
