@@ -5,6 +5,7 @@ _Array = TypeVar("_Array")  # numpy.ndarray or torch.Tensor: one framework per c
 _Pool = TypeVar("_Pool")
 
 VERSION_NUMBER: int
+_FLAG_MEANINGS: Dict[str, str]
 
 class RopePoolError(ValueError):
     status: str

@@ -103,6 +103,9 @@ int rpy_float(PyObject *obj, const char *name, double *out);
 /* A bool or numpy.bool_ into *truth (0/1); anything else (a truthy string or list is a mistake,
  * not a choice) is refused: "<name> must be <meaning>, got <repr>". 0, or -1. */
 int rpy_strict_bool(PyObject *obj, const char *name, const char *meaning, int *truth);
+/* The flags' names and meanings (rpy_strict_bool's <meaning>), indexed by RPY_FLAG_*. */
+enum { RPY_FLAG_IS_NEOX, RPY_FLAG_CHECKED, RPY_FLAG_MROPE_INTERLEAVED, RPY_NUM_FLAGS };
+extern const char *const rpy_flag_meanings[RPY_NUM_FLAGS][2];
 /* is_neox: True (RP_ROPE_NEOX) or False (RP_ROPE_GPTJ). */
 int rpy_is_neox(PyObject *obj, int32_t *style);
 /* kv_layout: "flat", "NHD" or "HND" -> rp_kv_layout. */

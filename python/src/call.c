@@ -245,8 +245,7 @@ static int scalar_arguments(PyObject *const values[NUM_PARAMS], rp_rope_pool_arg
                           (long long)((rotary_dim ? rotary_dim : head_dim) / 2));
     if (values[P_CHECKED] != NULL) {
         int checked;
-        if (rpy_strict_bool(values[P_CHECKED], "checked",
-                            "True (CUDA: validate the slot values on the host first) or False", &checked) < 0)
+        if (rpy_strict_bool(values[P_CHECKED], "checked", rpy_flag_meanings[RPY_FLAG_CHECKED][1], &checked) < 0)
             return -1;
         a->flags = checked ? RP_CHECK_SLOTS : 0;
     }

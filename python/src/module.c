@@ -218,6 +218,23 @@ static struct PyModuleDef module_def = {
     -1, methods, NULL, NULL, NULL, NULL,
 };
 
+/* _FLAG_MEANINGS: {flag: meaning}, the words of a flag's refusal for the Python layers. */
+static int add_flag_meanings(PyObject *m)
+{
+    PyObject *meanings = PyDict_New();
+    for (int i = 0; meanings != NULL && i < RPY_NUM_FLAGS; i++) {
+        PyObject *text = PyUnicode_FromString(rpy_flag_meanings[i][1]);
+        if (text == NULL || PyDict_SetItemString(meanings, rpy_flag_meanings[i][0], text) < 0)
+            Py_CLEAR(meanings);
+        Py_XDECREF(text);
+    }
+    if (meanings == NULL)
+        return -1;
+    const int result = PyModule_AddObjectRef(m, "_FLAG_MEANINGS", meanings);
+    Py_DECREF(meanings);
+    return result;
+}
+
 PyMODINIT_FUNC PyInit__ropepool(void)
 {
     if (rp_version_number() != RP_VERSION_NUMBER) {
@@ -236,7 +253,7 @@ PyMODINIT_FUNC PyInit__ropepool(void)
         "is the rp_status name (\"RP_ERR_INVALID_ARGUMENT\", \"RP_ERR_SLOT_OUT_OF_RANGE\", ...).",
         PyExc_ValueError, NULL);
     if (rpy_error_type == NULL || PyModule_AddObjectRef(m, "RopePoolError", rpy_error_type) < 0 ||
-        PyModule_AddIntConstant(m, "VERSION_NUMBER", RP_VERSION_NUMBER) < 0) {
+        PyModule_AddIntConstant(m, "VERSION_NUMBER", RP_VERSION_NUMBER) < 0 || add_flag_meanings(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }
