@@ -156,6 +156,7 @@ extern const char rpy_rope_pool_fused_doc[];
  * ns; "calls" is their number), then resets and switches stamping on or off. */
 PyObject *rpy_profile(PyObject *module, PyObject *enable);
 /* _time_calls(calls, q, k, ..., **keywords): mean ns of `calls` C calls on arguments converted once. */
+PyObject *rpy_keyword_fields(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 PyObject *rpy_time_calls(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 /* hf_rope.c: rp_hf_rope_frequencies on parsed config fields -> ([inv_freq], attention_scaling),
  * and rp_hf_rope_style(model_type, rope_interleave) -> is_neox. ropepool/_hf.py reads configs. */

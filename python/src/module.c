@@ -174,6 +174,10 @@ static PyMethodDef methods[] = {
      "_time_calls($module, calls, /, *args, **kwargs)\n--\n\n"
      "Developer's tool (python -m ropepool.bench): rope_pool_fused's arguments converted once, then\n"
      "the C call made `calls` times back to back; returns the mean ns per call."},
+    {"_keyword_fields", (PyCFunction)(void (*)(void))rpy_keyword_fields, METH_FASTCALL | METH_KEYWORDS,
+     "_keyword_fields($module, q_shape, k_pool_dtype, /, **keywords)\n--\n\n"
+     "rope_pool_fused's keywords converted and refused as the call does (its messages), as a dict\n"
+     "of rp_rope_pool_args fields: for ropepool.mlx, whose arrays this module cannot describe."},
     {"_profile", rpy_profile, METH_O,
      "_profile($module, enable, /)\n--\n\n"
      "Developer's tool (python -m ropepool.bench --profile): the mean ns per stage of the\n"
