@@ -20,3 +20,10 @@ def out_of_range(name, value, lo, hi):
     """The message for an int outside the range a keyword's C field holds, in the C binding's
     words (keywords.c, rpy_integer)."""
     return f"{name} = {value} is out of range [{lo}, {hi}]"
+
+
+def refusal(error_type, message, status="RP_ERR_INVALID_ARGUMENT"):
+    """A RopePoolError raised by a Python layer, carrying .status as the binding's refusals do."""
+    error = error_type(message)
+    error.status = status
+    return error

@@ -39,8 +39,6 @@ or hold one element twice, as a stride-0 broadcast does), and then nothing is wr
 """
 
 import importlib.util
-import math
-import operator
 import threading
 
 import numpy as np
@@ -67,8 +65,8 @@ except ImportError as error:
         "repository root): `python3 -m pip install \".[mlx]\"`"
     ) from error
 
-from . import RopePoolError, num_threads
-from ._names import too_large_for_float64, type_name as _type_name
+from . import RopePoolError, _ropepool, num_threads
+from ._names import refusal
 
 try:
     from . import _ropepool_mlx as _ext
@@ -81,154 +79,28 @@ if _ext.mlx_version != mx.__version__.split(".dev")[0]:
         f"installed: install mlx=={_ext.mlx_version}, or rebuild ropepool against this MLX"
     )
 
-# The NumPy/torch call's spellings (python/src/keywords.c) and rp_dtype values.
-_KV_CACHE_DTYPES = {"auto": 0, "fp8_e4m3": 14, "fp8": 14, "fp8_e5m2": 15}
 _context_ready = False
 # First calls from several threads must create one context: each set_threads makes one (with its
 # worker threads), and all but the last stored would be leaked.
 _context_lock = threading.Lock()
 
 
-def _is_bool(value):
-    """True, False or a numpy.bool_: never a number here (rope_base=True would silently mean 1.0),
-    as in the NumPy call."""
-    return isinstance(value, (bool, np.bool_))
+def _refuse(message, status="RP_ERR_INVALID_ARGUMENT"):
+    return refusal(RopePoolError, message, status)
 
 
-def _integer(name, value, zero_refused=None, none_means="head_dim", least=1, bits=64):
-    """None (the library's 0: its default) or an int; every range check is the library's, except
-    that an explicit 0 is refused where the library would read it as "not set" (rotary_dim,
-    v_head_dim): None is that default here, so 0 is a value the call cannot honour. So is any
-    value below `least` there, whose library message would offer C's 0 as the default."""
-    if value is None:
-        return 0
-    value = _config_integer(name, value, bits)
-    if value < least and zero_refused:
-        raise RopePoolError(f"{name} must be {zero_refused} (None = {none_means}), got {value}")
-    return value
-
-
-def _number(name, value):
-    """A float (a one-element mx.array is read now: the call uses the value it has at this moment);
-    a text is refused, as the NumPy call refuses it, not parsed."""
-    if isinstance(value, np.ndarray) and value.ndim > 0:  # as the NumPy call: a 0-d array is a number
-        raise TypeError(f"{name} must be a number, got numpy.ndarray")
-    size = getattr(value, "size", 1)
-    if size != 1:
-        raise RopePoolError(f"{name} must be a number or a one-element array, got {size} elements")
-    try:
-        if isinstance(value, (str, bytes)) or _is_bool(value):
-            raise TypeError
-        if hasattr(value, "item") and not isinstance(value, (int, float)):
-            value = value.item()  # a one-element array: NumPy 2 no longer converts 1-D ones with float()
-            if _is_bool(value):
-                raise TypeError
-        return float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a number, got {_type_name(value)}") from None
-    except OverflowError:  # an int past float64's range, as the NumPy call words it
-        raise RopePoolError(too_large_for_float64(name, value)) from None
-
-
-def _config_integer(name, value, bits=64):
-    """An int (NumPy's too: head_dim, num_qo_heads, ...) that the extension's C type holds; the
-    library checks the value."""
-    try:
-        if _is_bool(value):
-            raise TypeError
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an int, got {_type_name(value)}") from None
-    lo, hi = -2 ** (bits - 1), 2 ** (bits - 1) - 1
-    if not lo <= value <= hi:
-        raise RopePoolError(f"{name} = {value} is out of range [{lo}, {hi}]")
-    return value
-
-
-def _scale(name, value):
-    """k_scale / v_scale: the library reads 0 as "not set" (1.0), so an explicit 0 (a calibration
-    gone wrong) is refused here, as every scale that is not positive and finite. An array: one
-    float32 element (or float64), as the NumPy call takes it."""
-    if isinstance(value, (np.ndarray, mx.array)):
-        dtype = str(value.dtype).rsplit(".", 1)[-1]
-        if value.size != 1 or dtype not in ("float32", "float64"):
-            raise RopePoolError(f"{name} must be a number or a one-element float32 array (float64 on the host), "
-                                f"got {value.size} element{'' if value.size == 1 else 's'} of {dtype}")
-        value = value.item()
-    value = _number(name, value)
-    if not (math.isfinite(value) and value > 0.0):
-        raise RopePoolError(f"{name} must be a positive finite number (default 1.0), got {value!r}")
-    return value
-
-
-def _strict_bool(name, value, meaning):
-    """True or False (a numpy.bool_ too), as the NumPy call's rpy_strict_bool takes a flag: a truthy
-    string or list is a mistake, not a choice."""
-    if not _is_bool(value):
-        raise RopePoolError(f"{name} must be {meaning}, got {value!r}")
-    return bool(value)
-
-
-def _style(is_neox):
-    is_neox = _strict_bool("is_neox", is_neox, "True (NeoX rotate-half) or False (GPT-J interleaved)")
-    return 0 if is_neox else 1  # rp_rope_style
-
-
-def _frequencies(inv_freq, rotary_dim, head_dim):
-    """inv_freq as a list of float64 (float32 entries widen exactly). With a rotary_dim the library
-    will refuse, the table is left out so that the library's message about rotary_dim is reported."""
-    try:
-        R = operator.index(rotary_dim or head_dim)  # NumPy integers too: never drop a table for its type
-        head_dim = operator.index(head_dim)
-    except TypeError:
-        R = None  # the library refuses the argument, naming it
-    if inv_freq is None or R is None or R <= 0 or R % 2 or R > head_dim:
-        return []
-    try:
-        table = np.asarray(inv_freq)
-    except (TypeError, ValueError):  # e.g. an mx.array of bfloat16, which NumPy cannot read
-        raise RopePoolError(f"inv_freq must hold float32 or float64 values, got dtype "
-                            f"{getattr(inv_freq, 'dtype', type(inv_freq).__name__)}") from None
-    if table.dtype not in (np.float32, np.float64):
-        raise RopePoolError(f"inv_freq must hold float32 or float64 values, got dtype {table.dtype}")
-    if table.shape != (R // 2,):
-        raise RopePoolError(f"inv_freq must be 1-D with rotary_dim/2 = {R // 2} entries, got shape {table.shape}")
-    return table.astype(np.float64).tolist()
-
-
-def _mrope(section, interleaved):
-    """rp_rope_pool_args.mrope_section and .mrope_interleaved (the library checks the values). The
-    library reads an all-zero section as "no mRoPE", which None is here: [0, 0, 0] is refused."""
-    _strict_bool("mrope_interleaved", interleaved, "True (Qwen3-VL's interleaved rule) or False")
-    if section is None:
-        return [0, 0, 0], int(interleaved)
-    try:  # a set or dict has no order of its own: refused, as by the NumPy call
-        entries = None if isinstance(section, (set, frozenset, dict)) else list(section)
-    except TypeError:
-        entries = None
-    if entries is None or len(entries) != 3:
-        raise RopePoolError(f"mrope_section must be three ints [t, h, w] summing to rotary_dim / 2, got {section!r}")
-    for x in entries:  # the NumPy binding's words: a bool is a mistake, not 0 or 1
-        if _is_bool(x) or not hasattr(x, "__index__"):
-            raise TypeError(f"mrope_section entry must be an int, got {_type_name(x)}")
-    entries = [operator.index(x) for x in entries]
-    if entries == [0, 0, 0]:
-        raise RopePoolError("mrope_section [0, 0, 0] sums to 0, but must sum to rotary_dim / 2 (None = no mRoPE)")
-    if any(not -2**31 <= x < 2**31 for x in entries):
-        raise RopePoolError(f"mrope_section entries must be int32, got {entries}")
-    return entries, int(interleaved)
-
-
-def _pool_format(kv_cache_dtype, k_pool):
-    """rp_rope_pool_args.pool_dtype: MLX has no float8 dtype, so fp8 pools are uint8 arrays."""
-    if not isinstance(kv_cache_dtype, str) or kv_cache_dtype not in _KV_CACHE_DTYPES:
-        raise RopePoolError("kv_cache_dtype must be one of 'auto', 'fp8_e4m3' (or vLLM's 'fp8') or 'fp8_e5m2', "
-                            f"got {kv_cache_dtype!r}")
-    fmt = _KV_CACHE_DTYPES[kv_cache_dtype]  # uint8 without one: refused after the seed's checks
-    if k_pool.dtype != mx.uint8 and fmt != 0:
-        raise RopePoolError(f"kv_cache_dtype={kv_cache_dtype!r} needs fp8 pools (uint8 on MLX), got k_pool "
-                            f"{str(k_pool.dtype).rsplit('.', 1)[-1]}")
-    return fmt
+def _host(value):
+    """An mx.array given for inv_freq or a scale, as the NumPy array the binding reads (bfloat16
+    through ml_dtypes, so that its refusal names the dtype); anything else as it is."""
+    if not isinstance(value, mx.array):
+        return value
+    if value.dtype == mx.bfloat16:
+        try:
+            import ml_dtypes
+        except ImportError:  # the binding then names what it got
+            return np.asarray(value.astype(mx.float16))
+        return np.asarray(value.view(mx.uint16)).view(ml_dtypes.bfloat16)
+    return np.asarray(value)
 
 
 def rope_pool_fused(
@@ -284,9 +156,9 @@ def rope_pool_fused(
         kv_cache_dtype, k_scale, v_scale: fp8 pools stored as uint8 ("fp8_e4m3", "fp8_e5m2").
         mrope_section, mrope_interleaved: multimodal RoPE (Qwen2-VL / Qwen2.5-VL chunks, Qwen3-VL
             interleaved), as ropepool.rope_pool_fused.
-        q_norm_weight, k_norm_weight, norm_eps, norm_weight_offset: QK-norm, not available on
-            MLX yet (the primitive takes no weight arrays): refused; apply the RMSNorm to q and k
-            with mx.fast.rms_norm first.
+        q_norm_weight, k_norm_weight: QK-norm, not available on MLX yet (the primitive takes no
+            weight arrays): refused; apply the RMSNorm to q and k with mx.fast.rms_norm first.
+        norm_eps, norm_weight_offset: taken for one set of keywords, refused without a weight.
         q_out, k_out: not available on MLX (arrays are immutable): use the returned q_rot, k_rot.
         threads: at most this many CPU threads for this call (default: ROPEPOOL_NUM_THREADS or
             one per CPU).
@@ -300,22 +172,30 @@ def rope_pool_fused(
         (q_rot, k_rot, k_pool_new, v_pool_new), lazy mx.arrays.
     """
     global _context_ready
+    # The keywords are converted and refused by the NumPy call's own code (ropepool._ropepool), so
+    # that a mistake reads the same on every surface; MLX refuses only what it does not serve.
+    fields = _ropepool._keyword_fields(
+        getattr(q, "shape", None), str(getattr(k_pool, "dtype", "")).rsplit(".", 1)[-1],
+        head_dim=head_dim, num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads,
+        rope_base=rope_base, threads=threads, checked=checked, is_neox=is_neox, rotary_dim=rotary_dim,
+        inv_freq=_host(inv_freq), attention_scaling=attention_scaling, kv_layout=kv_layout, v_head_dim=v_head_dim,
+        kv_cache_dtype=kv_cache_dtype, k_scale=_host(k_scale), v_scale=_host(v_scale), mrope_section=mrope_section,
+        mrope_interleaved=mrope_interleaved, norm_eps=norm_eps, norm_weight_offset=norm_weight_offset)
     if q_out is not None or k_out is not None:
-        raise RopePoolError(
+        raise _refuse(
             "q_out/k_out are not supported on MLX arrays, which are immutable: use the returned "
-            "q_rot and k_rot"
+            "q_rot and k_rot", "RP_ERR_UNSUPPORTED"
         )
-    norm_weight_offset = _number("norm_weight_offset", norm_weight_offset)
-    if q_norm_weight is not None or k_norm_weight is not None or norm_eps is not None or norm_weight_offset != 0.0:
-        raise RopePoolError(
+    if q_norm_weight is not None or k_norm_weight is not None:
+        raise _refuse(
             "q_norm_weight/k_norm_weight (QK-norm) are not supported on MLX arrays yet: apply the "
-            "RMSNorm to q and k first (mx.fast.rms_norm), or call ropepool.rope_pool_fused on NumPy arrays"
+            "RMSNorm to q and k first (mx.fast.rms_norm), or call ropepool.rope_pool_fused on NumPy arrays",
+            "RP_ERR_UNSUPPORTED"
         )
-    _strict_bool("checked", checked, "True (CUDA: validate the slot values on the host first) or False")
     if kv_layout != "flat":
-        raise RopePoolError(
+        raise _refuse(
             f"kv_layout must be 'flat' on MLX arrays (ropepool.mlx serves the seed's [pool_size, "
-            f"num_kv_heads, head_dim] pools only), got {kv_layout!r}"
+            f"num_kv_heads, head_dim] pools only), got {kv_layout!r}", "RP_ERR_UNSUPPORTED"
         )
     for name, array in (("q", q), ("k", k), ("v", v), ("positions", positions), ("slots", slots),
                         ("k_pool", k_pool), ("v_pool", v_pool)):
@@ -323,36 +203,19 @@ def rope_pool_fused(
             raise TypeError(f"ropepool.mlx takes mx.arrays: {name} is a {type(array).__name__} (convert it with "
                             f"mx.array, or call ropepool.rope_pool_fused on NumPy arrays)")
     if k_pool is v_pool:  # the same buffer twice: known now (other overlaps when evaluated)
-        raise RopePoolError("v_pool overlaps k_pool: outputs must not share memory")
+        raise _refuse("v_pool overlaps k_pool: outputs must not share memory", "RP_ERR_OVERLAP")
     if not _context_ready:
         with _context_lock:
             if not _context_ready:
                 _ext.set_threads(num_threads())
                 _context_ready = True
-    head_dim = _config_integer("head_dim", head_dim)
-    num_qo_heads = _config_integer("num_qo_heads", num_qo_heads)
-    num_kv_heads = _config_integer("num_kv_heads", num_kv_heads)
-    rope_base = _number("rope_base", rope_base)
-    rotary_dim = _integer("rotary_dim", rotary_dim, zero_refused=">= 2", least=2)
-    section, interleaved = _mrope(mrope_section, mrope_interleaved)
-    attention_scaling = _number("attention_scaling", attention_scaling)
-    if not (math.isfinite(attention_scaling) and attention_scaling > 0.0):  # 0 is the library's "not set"
-        raise RopePoolError(f"attention_scaling must be positive and finite (default 1.0), got {attention_scaling!r}")
+    f = fields
     return _ext.fused(
         q, k, v, positions, slots, k_pool, v_pool,
-        head_dim, num_qo_heads, num_kv_heads, rope_base,
-        _style(is_neox),
-        rotary_dim,
-        _frequencies(inv_freq, rotary_dim, head_dim),
-        attention_scaling,
-        _integer("v_head_dim", v_head_dim, zero_refused="positive"),
-        _pool_format(kv_cache_dtype, k_pool),
-        _scale("k_scale", k_scale),
-        _scale("v_scale", v_scale),
-        section,
-        interleaved,
-        _integer("threads", threads, zero_refused=">= 1", none_means="ROPEPOOL_NUM_THREADS", bits=32),
-        stream,
+        f["head_dim"], f["num_qo_heads"], f["num_kv_heads"], f["rope_base"], f["style"], f["rotary_dim"],
+        f["inv_freq"], f["attention_scaling"], f["v_head_dim"], f["pool_dtype"],
+        f["k_scale"], f["v_scale"], f["mrope_section"], f["mrope_interleaved"], f["norm_eps"],
+        f["norm_weight_offset"], f["num_threads"], stream,
     )
 
 

@@ -42,12 +42,16 @@ except ImportError:  # torch before 2.7: the comparison guards, as it did there
         return bool(condition)
 
 from . import _ropepool
-from ._names import out_of_range, too_large_for_float64, type_name as _type_name
+from ._names import out_of_range, refusal, too_large_for_float64, type_name as _type_name
+
+
+def _refuse(message):
+    return refusal(_ropepool.RopePoolError, message)
 
 # The extension keywords after the seed's, in schema order, with their defaults. The direct binding
 # receives only those that differ from the default, so the operator works with any binding that
 # implements the keywords a caller actually uses. Flags and non-size numbers are Scalars, so that
-# the binding sees what the caller passed (see _refuse_mixed_bools).
+# the binding sees what the caller passed (see _refuse_wrong_types).
 EXTENSIONS = (
     ("threads", "Scalar? threads=None", None),
     ("checked", "Scalar checked=False", False),
@@ -128,7 +132,7 @@ def _refuse_shape_dependent_views(written):
         # the offset's sympy expression (torch's SymNode.expr); a torch without it is not checked
         expr = getattr(getattr(offset, "node", None), "expr", None) if isinstance(offset, torch.SymInt) else None
         if expr is not None and not (getattr(expr, "is_Symbol", True) or getattr(expr, "is_number", True)):
-            raise _ropepool.RopePoolError(
+            raise _refuse(
                 f"{name} is a view at a storage offset that depends on the compiled function's shapes "
                 f"({expr} elements): torch.compile with dynamic shapes passes such a view to "
                 "the operator at offset 0 (pytorch/pytorch#198068), so its rows would be written at the "
@@ -233,22 +237,20 @@ def _scale_tensor(name, scale):
         # a reversed view has a negative stride, which torch.as_tensor refuses, even of one element
         # (contiguous by NumPy's flags); the direct call reads its value, and so does a copy
         return torch.as_tensor(scale.copy() if scale.dtype.isnative else scale)
-    # NumPy's complex scalars have a __float__ that drops the imaginary part (a warning only)
-    if isinstance(scale, (str, bytes, complex, np.complexfloating)) or not (
-            hasattr(scale, "__float__") or hasattr(scale, "__index__")):
+    if _not_a_number(scale):
         raise TypeError(f"{name} must be a number, got {_type_name(scale)}")
     if scale == 1.0:
         return None
     try:
         return torch.tensor(float(scale), dtype=torch.float64)
     except OverflowError:  # an int past float64's range, in the direct call's words
-        raise _ropepool.RopePoolError(too_large_for_float64(name, scale)) from None
+        raise _refuse(too_large_for_float64(name, scale)) from None
 
 
 def _refuse_masked(name, array):
     # the binding's words (numpy_arrays.c); Dynamo reads NumPy arrays as tensors, with no mask
     if not torch.compiler.is_compiling() and isinstance(array, np.ma.MaskedArray):
-        raise _ropepool.RopePoolError(f"{name} is a numpy.ma.MaskedArray, whose mask ropepool cannot honour: pass "
+        raise _refuse(f"{name} is a numpy.ma.MaskedArray, whose mask ropepool cannot honour: pass "
                                       f"{name}.data (or {name}.filled(value))")
 
 
@@ -260,11 +262,11 @@ def _host_frequencies(inv_freq):
     try:
         table = torch.as_tensor(np.asarray(inv_freq))
     except (TypeError, ValueError, RuntimeError):
-        raise _ropepool.RopePoolError("inv_freq must be a 1-D float32 or float64 array-like, got "
+        raise _refuse("inv_freq must be a 1-D float32 or float64 array-like, got "
                                       f"{_type_name(inv_freq)}") from None
     if table.dtype != torch.float32 and table.dtype != torch.float64:
         dtype = str(table.dtype).replace("torch.", "")
-        raise _ropepool.RopePoolError(f"inv_freq must hold float32 or float64 values, got dtype {dtype}")
+        raise _refuse(f"inv_freq must hold float32 or float64 values, got dtype {dtype}")
     return table.to(torch.float64)
 
 
@@ -286,13 +288,28 @@ def _is_bool(value):
     return isinstance(value, bool) or type(value).__name__ in ("bool_", "bool")
 
 
-def _refuse_mixed_bools(flags, numbers):
+def _not_a_number(value):
+    """What the direct call refuses for a number (rpy_float): a bool, a text, a complex (NumPy's
+    complex scalars have a __float__ that drops the imaginary part, with a warning only), or
+    anything that converts to no number."""
+    return _is_bool(value) or isinstance(value, (str, bytes, complex, np.complexfloating)) or not (
+        hasattr(value, "__float__") or hasattr(value, "__index__"))
+
+
+def _refuse_wrong_types(flags, ints, numbers):
+    """The direct call's type refusals (keywords.c), in its words, for what the schema would take
+    otherwise or refuse in torch's words."""
     for name, value in flags.items():
         if not _is_bool(value):
-            raise _ropepool.RopePoolError(f"{name} must be True or False, got {value!r}")
+            raise _refuse(f"{name} must be {_ropepool._FLAG_MEANINGS[name]}, got {value!r}")
+    for name, value in ints.items():
+        if value is not None and not isinstance(value, torch.Tensor) and (
+                _is_bool(value) or not hasattr(value, "__index__")):
+            raise TypeError(f"{name} must be an int, got {_type_name(value)}")
     for name, value in numbers.items():
-        if _is_bool(value):
+        if value is not None and not isinstance(value, (torch.Tensor, np.ndarray)) and _not_a_number(value):
             raise TypeError(f"{name} must be a number, got {_type_name(value)}")
+    for name, value in {**ints, **numbers}.items():
         # The direct call reads a 0-d tensor's value; a traced call has none to read, and the schema's
         # Scalar refuses a tensor in torch's words (a FakeTensor's cast error under torch.compile).
         if isinstance(value, torch.Tensor) and name not in ("k_scale", "v_scale"):
@@ -312,10 +329,10 @@ def _refuse_unrepresentable(floats, ints):
             try:
                 float(value)
             except OverflowError:
-                raise _ropepool.RopePoolError(too_large_for_float64(name, value)) from None
+                raise _refuse(too_large_for_float64(name, value)) from None
     for name, value, (lo, hi) in ints:
         if type(value) is int and not lo <= value <= hi:
-            raise _ropepool.RopePoolError(out_of_range(name, value, lo, hi))
+            raise _refuse(out_of_range(name, value, lo, hi))
 
 
 def call_op(q, k, v, positions, slots, k_pool, v_pool, *, head_dim, num_qo_heads, num_kv_heads,
@@ -325,13 +342,14 @@ def call_op(q, k, v, positions, slots, k_pool, v_pool, *, head_dim, num_qo_heads
             k_norm_weight=None, norm_eps=None, norm_weight_offset=0.0, q_out=None, k_out=None):
     """``ropepool.rope_pool_fused`` through the operator: same arguments, same results
     ``(q_rot, k_rot, k_pool, v_pool)``. What Dynamo traces in place of the C call."""
-    _refuse_mixed_bools(
+    _refuse_wrong_types(
         dict(checked=checked, is_neox=is_neox, mrope_interleaved=mrope_interleaved),
-        dict(head_dim=head_dim, num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, rope_base=rope_base,
-             threads=threads, rotary_dim=rotary_dim, attention_scaling=attention_scaling, k_scale=k_scale,
-             v_scale=v_scale, v_head_dim=v_head_dim, norm_eps=norm_eps, norm_weight_offset=norm_weight_offset))
+        dict(head_dim=head_dim, num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, threads=threads,
+             rotary_dim=rotary_dim, v_head_dim=v_head_dim),
+        dict(rope_base=rope_base, attention_scaling=attention_scaling, k_scale=k_scale, v_scale=v_scale,
+             norm_eps=norm_eps, norm_weight_offset=norm_weight_offset))
     if isinstance(mrope_section, (set, frozenset, dict)):  # no order of its own: as the direct call refuses it
-        raise _ropepool.RopePoolError(f"mrope_section must be three ints [t, h, w] summing to rotary_dim / 2, "
+        raise _refuse(f"mrope_section must be three ints [t, h, w] summing to rotary_dim / 2, "
                                       f"got {mrope_section!r}")
     for entry in () if mrope_section is None or isinstance(mrope_section, torch.Tensor) else mrope_section:
         if _is_bool(entry):  # the schema's int[] would read True as 1; the direct call refuses it

@@ -106,6 +106,9 @@ int rpy_float(PyObject *obj, const char *name, double *out);
 /* A bool or numpy.bool_ into *truth (0/1); anything else (a truthy string or list is a mistake,
  * not a choice) is refused: "<name> must be <meaning>, got <repr>". 0, or -1. */
 int rpy_strict_bool(PyObject *obj, const char *name, const char *meaning, int *truth);
+/* The flags' names and meanings (rpy_strict_bool's <meaning>), indexed by RPY_FLAG_*. */
+enum { RPY_FLAG_IS_NEOX, RPY_FLAG_CHECKED, RPY_FLAG_MROPE_INTERLEAVED, RPY_NUM_FLAGS };
+extern const char *const rpy_flag_meanings[RPY_NUM_FLAGS][2];
 /* is_neox: True (RP_ROPE_NEOX) or False (RP_ROPE_GPTJ). */
 int rpy_is_neox(PyObject *obj, int32_t *style);
 /* kv_layout: "flat", "NHD" or "HND" -> rp_kv_layout. */
@@ -155,6 +158,9 @@ extern const char rpy_rope_pool_fused_doc[];
 /* _profile(enable): the mean time of each stage of the calls since the last _profile() (a dict of
  * ns; "calls" is their number), then resets and switches stamping on or off. */
 PyObject *rpy_profile(PyObject *module, PyObject *enable);
+/* _keyword_fields(q_shape, k_pool_dtype, **keywords): the call's keywords converted and refused as the
+ * call does, as a dict of rp_rope_pool_args fields (for ropepool.mlx). */
+PyObject *rpy_keyword_fields(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 /* _time_calls(calls, q, k, ..., **keywords): mean ns of `calls` C calls on arguments converted once. */
 PyObject *rpy_time_calls(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 /* hf_rope.c: rp_hf_rope_frequencies on parsed config fields -> ([inv_freq], attention_scaling),

@@ -245,8 +245,7 @@ static int scalar_arguments(PyObject *const values[NUM_PARAMS], rp_rope_pool_arg
                           (long long)((rotary_dim ? rotary_dim : head_dim) / 2));
     if (values[P_CHECKED] != NULL) {
         int checked;
-        if (rpy_strict_bool(values[P_CHECKED], "checked",
-                            "True (CUDA: validate the slot values on the host first) or False", &checked) < 0)
+        if (rpy_strict_bool(values[P_CHECKED], "checked", rpy_flag_meanings[RPY_FLAG_CHECKED][1], &checked) < 0)
             return -1;
         a->flags = checked ? RP_CHECK_SLOTS : 0;
     }
@@ -610,6 +609,87 @@ static int prepare(PyObject *const values[NUM_PARAMS], prepared_call *c, unsigne
         return 0;
     release(c);
     return -1;
+}
+
+/* _keyword_fields(q_shape, k_pool_dtype, /, **keywords): rope_pool_fused's keywords (not its
+ * seven arrays) converted and refused exactly as the call converts and refuses them, for a binding
+ * whose arrays this module cannot describe (ropepool.mlx): one set of checks and messages for every
+ * surface. q_shape (a tuple, or None) stands for q where inv_freq's conversion asks whether
+ * head_dim is q's last dimension, and k_pool_dtype (the library's name of k_pool's dtype) for
+ * k_pool where kv_cache_dtype is matched with the pools; host scales and inv_freq are NumPy arrays
+ * or numbers. Returns the rp_rope_pool_args fields as a dict. */
+PyObject *rpy_keyword_fields(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    (void)module;
+    PyObject *values[NUM_PARAMS];
+    nargs = PyVectorcall_NARGS(nargs);
+    const char *pool_dtype_name;
+    if (nargs != 2 || (pool_dtype_name = PyUnicode_AsUTF8(args[1])) == NULL) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "_keyword_fields(q_shape, k_pool_dtype, /, **keywords) takes q's shape "
+                                         "and the name of k_pool's dtype first");
+        return NULL;
+    }
+    /* the arrays' places filled with None, so that parse_arguments asks only for the keywords */
+    PyObject *stack[NUM_ARRAYS + NUM_PARAMS];
+    const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (nkw > NUM_PARAMS) {
+        PyErr_SetString(PyExc_TypeError, "_keyword_fields() got too many keywords");
+        return NULL;
+    }
+    for (int i = 0; i < NUM_ARRAYS; i++)
+        stack[i] = Py_None;
+    for (Py_ssize_t j = 0; j < nkw; j++)
+        stack[NUM_ARRAYS + j] = args[2 + j];
+    if (parse_arguments(stack, NUM_ARRAYS, kwnames, values) < 0)
+        return NULL;
+    rp_rope_pool_args a;
+    memset(&a, 0, sizeof a);
+    int32_t kv_cache_dtype;
+    double freqs[STACK_FREQS], *owned = NULL;
+    const rp_device host = {RP_DEVICE_CPU, 0};
+    const float *device_scale;
+    if (args[0] != Py_None) {
+        Py_ssize_t n = PySequence_Size(args[0]);
+        a.q.ndim = n < 0 ? 0 : (int32_t)(n < RP_MAX_DIMS ? n : RP_MAX_DIMS);
+        for (int d = 0; d < a.q.ndim; d++) {
+            PyObject *extent = PySequence_GetItem(args[0], d);
+            a.q.shape[d] = extent ? PyLong_AsLongLong(extent) : -1;
+            Py_XDECREF(extent);
+        }
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    a.k_pool.dtype = RP_DTYPE_OTHER;
+    for (int d = RP_F32; d <= RP_F8_E5M2; d++)
+        if (strcmp(pool_dtype_name, rp_dtype_name((rp_dtype)d)) == 0)
+            a.k_pool.dtype = d;
+    if (scalar_arguments(values, &a, &kv_cache_dtype) < 0 ||
+        rpy_pool_format(values[P_KV_CACHE_DTYPE], kv_cache_dtype, &a.k_pool, &a.pool_dtype) < 0 ||
+        rpy_scale(values[P_K_SCALE], "k_scale", host, &a.k_scale, &device_scale) < 0 ||
+        rpy_scale(values[P_V_SCALE], "v_scale", host, &a.v_scale, &device_scale) < 0 ||
+        frequency_argument(values[P_INV_FREQ], &a, freqs, STACK_FREQS, &owned) < 0)
+        return NULL;
+    PyObject *table = PyList_New(a.inv_freq ? (a.rotary_dim ? a.rotary_dim : a.head_dim) / 2 : 0);
+    for (Py_ssize_t i = 0; table != NULL && i < PyList_GET_SIZE(table); i++) {
+        PyObject *f = PyFloat_FromDouble(a.inv_freq[i]);
+        if (f == NULL)
+            Py_CLEAR(table);
+        else
+            PyList_SET_ITEM(table, i, f);
+    }
+    PyMem_Free(owned);
+    if (table == NULL)
+        return NULL;
+    return Py_BuildValue(
+        "{sLsLsLsdsisLsNsdsLsisisdsds[iii]sIsisIsdsd}", "head_dim", (long long)a.head_dim, "num_qo_heads",
+        (long long)a.num_qo_heads, "num_kv_heads", (long long)a.num_kv_heads, "rope_base", a.rope_base, "style",
+        (int)a.style, "rotary_dim", (long long)a.rotary_dim, "inv_freq", table, "attention_scaling",
+        a.attention_scaling, "v_head_dim", (long long)a.v_head_dim, "kv_layout", (int)a.kv_layout, "pool_dtype",
+        (int)a.pool_dtype, "k_scale", a.k_scale, "v_scale", a.v_scale, "mrope_section", (int)a.mrope_section[0],
+        (int)a.mrope_section[1], (int)a.mrope_section[2], "mrope_interleaved", (unsigned)a.mrope_interleaved,
+        "num_threads", (int)a.num_threads, "flags", (unsigned)a.flags, "norm_eps", a.norm_eps, "norm_weight_offset",
+        a.norm_weight_offset);
 }
 
 /* A call the torch dispatcher must see runs as the operator, through ropepool.torch_op.call_op

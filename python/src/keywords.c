@@ -97,6 +97,14 @@ int rpy_float(PyObject *obj, const char *name, double *out)
     return -1;
 }
 
+/* What each flag means, in its refusal: the Python layers that check a flag before the binding
+ * sees it (torch_op.call_op, which Dynamo traces) read them as ropepool._ropepool._FLAG_MEANINGS. */
+const char *const rpy_flag_meanings[RPY_NUM_FLAGS][2] = {
+    {"is_neox", "True (NeoX rotate-half) or False (GPT-J interleaved)"},
+    {"checked", "True (CUDA: validate the slot values on the host first) or False"},
+    {"mrope_interleaved", "True (Qwen3-VL's interleaved rule) or False"},
+};
+
 /* A bool or numpy.bool_ (not a truthy string or list, which would be a mistake): 0 or 1 in
  * *truth, -1 with a RopePoolError telling what the argument means. */
 int rpy_strict_bool(PyObject *obj, const char *name, const char *meaning, int *truth)
@@ -112,7 +120,7 @@ int rpy_mrope(PyObject *section, PyObject *interleaved, int32_t out[3], uint32_t
     out[0] = out[1] = out[2] = 0;
     *interleaved_out = 0;
     if (interleaved != NULL &&
-        rpy_strict_bool(interleaved, "mrope_interleaved", "True (Qwen3-VL's interleaved rule) or False", &truth) < 0)
+        rpy_strict_bool(interleaved, "mrope_interleaved", rpy_flag_meanings[RPY_FLAG_MROPE_INTERLEAVED][1], &truth) < 0)
         return -1;
     *interleaved_out = (uint32_t)truth;
     if (section == NULL)
@@ -141,7 +149,7 @@ int rpy_is_neox(PyObject *obj, int32_t *style)
     if (obj == NULL)
         return 0;
     int truth = 1;
-    if (rpy_strict_bool(obj, "is_neox", "True (NeoX rotate-half) or False (GPT-J interleaved)", &truth) < 0)
+    if (rpy_strict_bool(obj, "is_neox", rpy_flag_meanings[RPY_FLAG_IS_NEOX][1], &truth) < 0)
         return -1;
     *style = truth ? RP_ROPE_NEOX : RP_ROPE_GPTJ;
     return 0;
@@ -342,7 +350,10 @@ int rpy_inv_freq(PyObject *obj, int64_t count, double *out)
         return -1;
     int result = 0;
     if (t.dtype != RP_F32 && t.dtype != RP_F64) {
-        PyObject *dtype = PyObject_GetAttrString(host, "dtype");
+        /* the library's name where it has one ("int32", not torch's "torch.int32": the same words
+         * on every surface), else the framework's */
+        PyObject *dtype = t.dtype == RP_DTYPE_OTHER ? PyObject_GetAttrString(host, "dtype")
+                                                    : PyUnicode_FromString(rp_dtype_name((rp_dtype)t.dtype));
         if (dtype != NULL)
             rpy_refuse("inv_freq must hold float32 or float64 values, got dtype %S", dtype);
         Py_XDECREF(dtype);

@@ -174,6 +174,10 @@ static PyMethodDef methods[] = {
      "_time_calls($module, calls, /, *args, **kwargs)\n--\n\n"
      "Developer's tool (python -m ropepool.bench): rope_pool_fused's arguments converted once, then\n"
      "the C call made `calls` times back to back; returns the mean ns per call."},
+    {"_keyword_fields", (PyCFunction)(void (*)(void))rpy_keyword_fields, METH_FASTCALL | METH_KEYWORDS,
+     "_keyword_fields($module, q_shape, k_pool_dtype, /, **keywords)\n--\n\n"
+     "rope_pool_fused's keywords converted and refused as the call does (its messages), as a dict\n"
+     "of rp_rope_pool_args fields: for ropepool.mlx, whose arrays this module cannot describe."},
     {"_profile", rpy_profile, METH_O,
      "_profile($module, enable, /)\n--\n\n"
      "Developer's tool (python -m ropepool.bench --profile): the mean ns per stage of the\n"
@@ -218,6 +222,23 @@ static struct PyModuleDef module_def = {
     -1, methods, NULL, NULL, NULL, NULL,
 };
 
+/* _FLAG_MEANINGS: {flag: meaning}, the words of a flag's refusal for the Python layers. */
+static int add_flag_meanings(PyObject *m)
+{
+    PyObject *meanings = PyDict_New();
+    for (int i = 0; meanings != NULL && i < RPY_NUM_FLAGS; i++) {
+        PyObject *text = PyUnicode_FromString(rpy_flag_meanings[i][1]);
+        if (text == NULL || PyDict_SetItemString(meanings, rpy_flag_meanings[i][0], text) < 0)
+            Py_CLEAR(meanings);
+        Py_XDECREF(text);
+    }
+    if (meanings == NULL)
+        return -1;
+    const int result = PyModule_AddObjectRef(m, "_FLAG_MEANINGS", meanings);
+    Py_DECREF(meanings);
+    return result;
+}
+
 PyMODINIT_FUNC PyInit__ropepool(void)
 {
     if (rp_version_number() != RP_VERSION_NUMBER) {
@@ -237,7 +258,7 @@ PyMODINIT_FUNC PyInit__ropepool(void)
         "is the rp_status name (\"RP_ERR_INVALID_ARGUMENT\", \"RP_ERR_SLOT_OUT_OF_RANGE\", ...).",
         PyExc_ValueError, NULL);
     if (rpy_error_type == NULL || PyModule_AddObjectRef(m, "RopePoolError", rpy_error_type) < 0 ||
-        PyModule_AddIntConstant(m, "VERSION_NUMBER", RP_VERSION_NUMBER) < 0) {
+        PyModule_AddIntConstant(m, "VERSION_NUMBER", RP_VERSION_NUMBER) < 0 || add_flag_meanings(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -260,16 +260,21 @@ def test_a_bad_slot_is_refused_when_the_result_is_evaluated(mlx_fw, slots, messa
 
 
 def test_mlx_only_refusals_name_the_keyword(mlx_fw):
+    """Each in the NumPy call's words (the keywords are converted by its code), except what MLX
+    alone refuses (a paged layout, q_out); every refusal carries a status."""
     p = Problem(mlx_fw)
     before = p.snapshot()
     cases = [
-        (dict(kv_layout="nhd"), "kv_layout must be 'flat' on MLX arrays (ropepool.mlx serves the seed's "
-                                "[pool_size, num_kv_heads, head_dim] pools only), got 'nhd'"),
+        (dict(kv_layout="NHD"), "kv_layout must be 'flat' on MLX arrays (ropepool.mlx serves the seed's "
+                                "[pool_size, num_kv_heads, head_dim] pools only), got 'NHD'"),
+        (dict(kv_layout="nhd"), "kv_layout must be one of 'flat' ([P, Hk, D]), 'NHD' ([blocks, block_size, Hk, D]) "
+                                "or 'HND' ([blocks, Hk, block_size, D]), got 'nhd'"),
         (dict(q_out=p.q), "q_out/k_out are not supported on MLX arrays, which are immutable: use the "
                           "returned q_rot and k_rot"),
         (dict(kv_cache_dtype="int4"), "kv_cache_dtype must be one of 'auto', 'fp8_e4m3' (or vLLM's 'fp8') or "
                                       "'fp8_e5m2', got 'int4'"),
-        (dict(kv_cache_dtype="fp8"), "kv_cache_dtype='fp8' needs fp8 pools (uint8 on MLX), got k_pool float32"),
+        (dict(kv_cache_dtype="fp8"), "kv_cache_dtype='fp8' needs fp8 pools (uint8, float8_e4m3fn or float8_e5m2), "
+                                      "got k_pool float32"),
         (dict(is_neox="yes"), "is_neox must be True (NeoX rotate-half) or False (GPT-J interleaved), got 'yes'"),
         (dict(inv_freq=np.ones(31)), "inv_freq must be 1-D with rotary_dim/2 = 32 entries, got shape (31,)"),
         (dict(inv_freq=mx.arange(32)), "inv_freq must hold float32 or float64 values, got dtype int32"),
@@ -278,10 +283,10 @@ def test_mlx_only_refusals_name_the_keyword(mlx_fw):
         (dict(rotary_dim=0), "rotary_dim must be >= 2 (None = head_dim), got 0"),
         (dict(rotary_dim=1), "rotary_dim must be >= 2 (None = head_dim), got 1"),
         (dict(v_head_dim=0), "v_head_dim must be positive (None = head_dim), got 0"),
-        (dict(attention_scaling=0), "attention_scaling must be positive and finite (default 1.0), got 0.0"),
-        (dict(threads=0), "threads must be >= 1 (None = ROPEPOOL_NUM_THREADS), got 0"),
-        (dict(k_scale=0), "k_scale must be a positive finite number (default 1.0), got 0.0"),
-        (dict(v_scale=-0.0), "v_scale must be a positive finite number (default 1.0), got -0.0"),
+        (dict(attention_scaling=0), "attention_scaling must be positive and finite (default 1.0), got 0"),
+        (dict(threads=0), "threads must be >= 1 (None = the module's setting), got 0"),
+        (dict(k_scale=0), "k_scale must be a positive finite number (default 1.0), got 0"),
+        (dict(v_scale=-0.0), "v_scale must be a positive finite number (default 1.0), got -0"),
         (dict(k_scale=float("inf")), "k_scale must be a positive finite number (default 1.0), got inf"),
         # a scale array as the NumPy call takes it: one float32 (or float64) element
         (dict(k_scale=np.array([2], np.int64)), "k_scale must be a number or a one-element float32 array "
@@ -295,6 +300,7 @@ def test_mlx_only_refusals_name_the_keyword(mlx_fw):
         with pytest.raises(ropepool.RopePoolError, match=None) as info:
             call(p, **kwargs)
         assert str(info.value) == message
+        assert info.value.status in ("RP_ERR_INVALID_ARGUMENT", "RP_ERR_UNSUPPORTED")
     helpers.assert_unchanged(p, before)
 
 

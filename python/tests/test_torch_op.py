@@ -144,6 +144,28 @@ def test_mixed_bools_are_refused_as_eager_does(ropepool, given):
         assert (old == p.fw.bits(x)).all()
 
 
+@pytest.mark.parametrize("given", [dict(is_neox=1), dict(checked="yes"), dict(mrope_interleaved=None),
+                                   dict(num_qo_heads=True), dict(head_dim=64.0), dict(rope_base="1e4"),
+                                   dict(attention_scaling=1 + 2j), dict(threads=2**40), dict(k_scale=-1)])
+def test_compiled_path_refuses_in_the_direct_calls_words(ropepool, given):
+    """call_op (what Dynamo traces, and what tracers and dispatch modes run) said 'is_neox must be True
+    or False' where the direct call says what the flag means, 'num_qo_heads must be a number' where
+    it says 'an int', passed a float head_dim or a text rope_base on to the schema (torch's
+    RuntimeError), and raised RopePoolErrors without .status: now the same type, message and status."""
+    from ropepool import torch_op
+
+    p = problem("cpu")
+    before = p.snapshot()
+    raised = []
+    for call in (ropepool.rope_pool_fused, torch_op.call_op):
+        with pytest.raises((TypeError, ValueError)) as info:
+            call(*p.arrays(), **p.kwargs(**given))
+        raised.append((type(info.value), str(info.value), getattr(info.value, "status", None)))
+    assert raised[1] == raised[0]
+    for old, x in zip(before, p.arrays()):
+        assert (old == p.fw.bits(x)).all()
+
+
 @pytest.mark.parametrize("entry", [True, np.False_])
 def test_compiled_path_refuses_a_bool_mrope_section_entry_as_eager_does(ropepool, entry):
     """The schema's int[] reads True as 1; the direct call refuses it, and so does call_op."""

@@ -68,7 +68,7 @@ NB_MODULE(_ropepool_mlx, m)
              int64_t num_qo_heads, int64_t num_kv_heads, double rope_base, int32_t style, int64_t rotary_dim,
              std::vector<double> inv_freq, double attention_scaling, int64_t v_head_dim, int32_t pool_dtype,
              double k_scale, double v_scale, std::vector<int32_t> mrope_section, uint32_t mrope_interleaved,
-             int32_t num_threads, nb::handle stream) {
+             double norm_eps, double norm_weight_offset, int32_t num_threads, nb::handle stream) {
               rpm::Params p;
               rp_rope_pool_args &a = p.fields;
               a.head_dim = head_dim;
@@ -83,6 +83,9 @@ NB_MODULE(_ropepool_mlx, m)
               a.k_scale = k_scale;
               a.v_scale = v_scale;
               a.num_threads = num_threads;
+              /* no weights on MLX: given alone, the library refuses them naming the missing weight */
+              a.norm_eps = norm_eps;
+              a.norm_weight_offset = norm_weight_offset;
               for (size_t i = 0; i < 3 && i < mrope_section.size(); i++) /* ropepool.mlx passes 3 */
                   a.mrope_section[i] = mrope_section[i];
               a.mrope_interleaved = mrope_interleaved;
@@ -95,7 +98,8 @@ NB_MODULE(_ropepool_mlx, m)
           nb::arg("v_pool"), nb::arg("head_dim"), nb::arg("num_qo_heads"), nb::arg("num_kv_heads"),
           nb::arg("rope_base"), nb::arg("style"), nb::arg("rotary_dim"), nb::arg("inv_freq"),
           nb::arg("attention_scaling"), nb::arg("v_head_dim"), nb::arg("pool_dtype"), nb::arg("k_scale"),
-          nb::arg("v_scale"), nb::arg("mrope_section"), nb::arg("mrope_interleaved"), nb::arg("num_threads"),
+          nb::arg("v_scale"), nb::arg("mrope_section"), nb::arg("mrope_interleaved"), nb::arg("norm_eps"),
+          nb::arg("norm_weight_offset"), nb::arg("num_threads"),
           nb::arg("stream").none(),
           "The seven arrays, then rp_rope_pool_args' scalar fields (0 = default), then the stream. "
           "Use ropepool.mlx.rope_pool_fused.");
