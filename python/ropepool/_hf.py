@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from . import _ropepool
+from ._names import refusal
 
 __all__ = ["hf_rope_kwargs", "hf_rope_parameters"]
 
@@ -94,7 +95,7 @@ _GEMMA3 = ("gemma3", "gemma3_text")
 _NTK_ALPHA = frozenset(("hunyuan_v1_dense", "hunyuan_v1_moe", "hunyuan_vl", "hunyuan_vl_text"))
 
 def _error(message):
-    return _ropepool.RopePoolError(message)
+    return refusal(_ropepool.RopePoolError, message)
 
 
 def _is_bool(value):

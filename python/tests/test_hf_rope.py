@@ -113,8 +113,10 @@ def with_rope(**rope):
 
 @pytest.mark.parametrize("rope_type", ["axial", "su", "mrope_v9", "ntk"])
 def test_unknown_rope_type_is_named(ropepool, rope_type):
-    with pytest.raises(ropepool.RopePoolError, match=f"rope type '{rope_type}' is not supported"):
+    with pytest.raises(ropepool.RopePoolError, match=f"rope type '{rope_type}' is not supported") as info:
         ropepool.hf_rope_parameters(with_rope(rope_type=rope_type, factor=2.0))
+    # a refusal raised in Python carries .status as the library's own do (it had none)
+    assert info.value.status == "RP_ERR_INVALID_ARGUMENT"
 
 
 @pytest.mark.parametrize("rope, field", [
