@@ -50,6 +50,11 @@ expect_error tokens_past_the_pool "T = 5000 exceeds the pool's 4096 slots" --bac
 expect_error sets_past_the_pool "needs 8000 distinct slots" --backend cpu --pool 4096 -T 1000 --sets 8
 expect_error unknown_option "unknown option '--fast'" --fast
 expect_error missing_value "--tokens needs a value" --tokens
+# The next option is no value: "--json --no-verify" wrote the report to a file named --no-verify
+# and verified anyway (exit 0).
+expect_error option_as_value "--json needs a value, got the option '--no-verify'" --json --no-verify -T 1 \
+    --backend cpu --pool 64 --seconds 0.01
+expect_error short_option_as_value "--svg needs a value, got the option '-T'" --svg -T 1
 expect_error unknown_dtype "unknown dtype 'f8'" --dtype f8
 expect_error unknown_backend "unknown backend 'tpu'" --backend tpu
 expect_error zero_threads "'0' is not a thread count" --threads 0
