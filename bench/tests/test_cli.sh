@@ -129,11 +129,19 @@ fi
 # memory roofline, ~25 s here, so not all six; the kernels' variants are test_numerics' job.)
 for preset in gpt-j-6b qwen2.5-7b-yarn; do
     if "$bench" --backend cpu --preset "$preset" -T 3 --pool 4096 --threads 1 --seconds 0.01 --dtype bf16 --baseline seed \
-            >"$tmp/out" 2>"$tmp/err" && grep -q '^rope: ' "$tmp/out" &&
+            --svg "$tmp/seed.svg" >"$tmp/out" 2>"$tmp/err" && grep -q '^rope: ' "$tmp/out" &&
             grep -qE '^ +3 +1 .* ok [0-9.]+ / ok [0-9.]+$' "$tmp/out"; then
         echo "ok   variant_sweep $preset"
     else
         fail "variant_sweep $preset: $(cat "$tmp/out" "$tmp/err")"
+    fi
+    # The plot's dashed series is the seed call, as the table's header says (its legend and
+    # tooltips called it the unfused baseline).
+    if grep -q '>seed call: NeoX, whole head' "$tmp/seed.svg" && grep -q 'seed call, T = 3' "$tmp/seed.svg" &&
+            ! grep -q 'unfused' "$tmp/seed.svg"; then
+        echo "ok   svg_names_the_seed_baseline $preset"
+    else
+        fail "svg_names_the_seed_baseline $preset: $(grep -o '<text[^<]*dash[^<]*\|unfused[^<]*' "$tmp/seed.svg")"
     fi
 done
 
@@ -166,11 +174,17 @@ expect_error mla_hnd "the latent cache row [c_kv | k_pe] is flat or NHD, not HND
 
 # Huge-page-backed buffers: same results, and the banner says so.
 if "$bench" --backend cpu --preset tinyllama-1.1b -T 4 --pool 4096 --threads 1 --seconds 0.02 --hugepages \
-        --no-unfused >"$tmp/out" 2>"$tmp/err" && grep -q "transparent huge pages" "$tmp/out" &&
+        --no-unfused --svg "$tmp/fused.svg" >"$tmp/out" 2>"$tmp/err" && grep -q "transparent huge pages" "$tmp/out" &&
         grep -qE '^ +4 +1 .* ok [0-9.]+$' "$tmp/out"; then
     echo "ok   hugepages_sweep"
 else
     fail "hugepages_sweep: $(cat "$tmp/out" "$tmp/err")"
+fi
+# --no-unfused: the plot's legend has no dashed baseline that nothing is drawn for
+if grep -q 'stroke-dasharray=.6 4' "$tmp/fused.svg" || grep -q 'unfused' "$tmp/fused.svg"; then
+    fail "svg_without_a_baseline_has_no_baseline_legend"
+else
+    echo "ok   svg_without_a_baseline_has_no_baseline_legend"
 fi
 
 if [ "$failures" -ne 0 ]; then
