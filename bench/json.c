@@ -212,6 +212,10 @@ int bench_write_json(const char *path, const bench_report *rep, char *msg, size_
     static const char *const scalings[] = {"default", "llama3", "yarn", "longrope"};
     str(&j, "rope_scaling", scalings[o->shape.scaling]);
     num(&j, "attention_scaling", o->attention_scaling);
+    /* The preset's model name keeps its "(QK-norm)" under --qk-norm off: these two say what ran. */
+    boolean(&j, "qk_norm", o->shape.qk_norm);
+    char variant[160];
+    str(&j, "variant", bench_variant_text(&o->shape, o->attention_scaling, variant, sizeof variant));
     leave(&j, '}');
     key(&j, "seed");
     fprintf(j.f, "%llu", (unsigned long long)o->seed);
