@@ -174,6 +174,11 @@ static PyMethodDef methods[] = {
      "_time_calls($module, calls, /, *args, **kwargs)\n--\n\n"
      "Developer's tool (python -m ropepool.bench): rope_pool_fused's arguments converted once, then\n"
      "the C call made `calls` times back to back; returns the mean ns per call."},
+    {"_verify", (PyCFunction)(void (*)(void))rpy_verify, METH_FASTCALL | METH_KEYWORDS,
+     "_verify($module, /, *args, **kwargs)\n--\n\n"
+     "Developer's tool (python -m ropepool.bench): rope_pool_fused's arguments, with q_out and k_out\n"
+     "holding a finished call's outputs (host memory), checked against the float64 reference as\n"
+     "ropepool-bench checks its calls; returns (checked, failures, worst error over bound, first failure)."},
     {"_profile", rpy_profile, METH_O,
      "_profile($module, enable, /)\n--\n\n"
      "Developer's tool (python -m ropepool.bench --profile): the mean ns per stage of the\n"
