@@ -505,19 +505,30 @@ def _token_counts(text):
     return counts
 
 
+class _Once(argparse.Action):
+    """Stores an option's value; a second occurrence is a usage error: argparse would let the last
+    one win without a word ("-T 1 -T 4096" timed T = 4096 alone), which ropepool-bench refuses too."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(self, "given", False):
+            raise argparse.ArgumentError(self, "is given twice: give it once")
+        self.given = True
+        setattr(namespace, self.dest, values)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m ropepool.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("-T", "--tokens", type=_token_counts, default=None, help="token counts, comma-separated "
+    parser.add_argument("--backend", action=_Once, choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("-T", "--tokens", action=_Once, type=_token_counts, default=None, help="token counts, comma-separated "
                         "(default cpu 1,16,256,1024,4096; cuda 1,64,1024,4096)")
-    parser.add_argument("--pool", type=_positive(int, "the slot count"), default=65536, help="KV-pool slots (default 65536)")
-    parser.add_argument("--rounds", type=_positive(int, "the round count"), default=5)
-    parser.add_argument("--seconds", type=_positive(float, "the time", most=600), default=0.04,
+    parser.add_argument("--pool", action=_Once, type=_positive(int, "the slot count"), default=65536, help="KV-pool slots (default 65536)")
+    parser.add_argument("--rounds", action=_Once, type=_positive(int, "the round count"), default=5)
+    parser.add_argument("--seconds", action=_Once, type=_positive(float, "the time", most=600), default=0.04,
                         help="time per batch, at most 600 (default 0.04)")
-    parser.add_argument("--stat", choices=["median", "min"], default="median",
+    parser.add_argument("--stat", action=_Once, choices=["median", "min"], default="median",
                         help="per figure, the median (default) or the least of the rounds' means")
-    parser.add_argument("--clock", choices=["wall", "thread"], default="wall",
+    parser.add_argument("--clock", action=_Once, choices=["wall", "thread"], default="wall",
                         help="wall (default), or thread: the calling thread's CPU time, with every call on one "
                         "thread (threads=1, torch.set_num_threads(1)), so that other load on the machine does not "
                         "count (T = 1 overheads)")

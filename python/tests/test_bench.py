@@ -15,6 +15,14 @@ CASES = [
     (["--backend", "cuda", "--fresh-outputs", "-T", "1024"], "--fresh-outputs compares CPU calls"),
     (["--backend", "cuda", "--torch-compile"], "--torch-compile compares CPU calls"),
     (["--seconds", "1e300"], "the time must be at most 600"),  # batches sized from it never ended
+    # the last of a repeated option won without a word: "-T 1 -T 4096" timed T = 4096 alone
+    (["-T", "1", "-T", "2"], "argument -T/--tokens: is given twice: give it once"),
+    (["--backend", "cpu", "--backend", "cuda"], "argument --backend: is given twice"),
+    (["--pool", "64", "--pool=128"], "argument --pool: is given twice"),
+    (["--rounds", "1", "--rounds", "2"], "argument --rounds: is given twice"),
+    (["--seconds", "1", "--seconds", "2"], "argument --seconds: is given twice"),
+    (["--stat", "min", "--stat", "min"], "argument --stat: is given twice"),
+    (["--clock", "wall", "--clock", "thread"], "argument --clock: is given twice"),
 ]
 
 
