@@ -129,7 +129,7 @@ fi
 # memory roofline, ~25 s here, so not all six; the kernels' variants are test_numerics' job.)
 for preset in gpt-j-6b qwen2.5-7b-yarn; do
     if "$bench" --backend cpu --preset "$preset" -T 3 --pool 4096 --threads 1 --seconds 0.01 --dtype bf16 --baseline seed \
-            --svg "$tmp/seed.svg" >"$tmp/out" 2>"$tmp/err" && grep -q '^rope: ' "$tmp/out" &&
+            --svg "$tmp/seed.svg" --json "$tmp/seed.json" >"$tmp/out" 2>"$tmp/err" && grep -q '^rope: ' "$tmp/out" &&
             grep -qE '^ +3 +1 .* ok [0-9.]+ / ok [0-9.]+$' "$tmp/out"; then
         echo "ok   variant_sweep $preset"
     else
@@ -142,6 +142,19 @@ for preset in gpt-j-6b qwen2.5-7b-yarn; do
         echo "ok   svg_names_the_seed_baseline $preset"
     else
         fail "svg_names_the_seed_baseline $preset: $(grep -o '<text[^<]*dash[^<]*\|unfused[^<]*' "$tmp/seed.svg")"
+    fi
+    # The JSON's ratio is the table's var/seed (it wrote seed/variant as fusion_speedup: the inverse,
+    # under a name that said fusion)
+    if "$python" -c '
+import json, sys
+for run in json.load(open(sys.argv[1]))["runs"]:
+    for p in run["points"]:
+        want = p["fused"]["median_s"] / p["unfused"]["median_s"]
+        assert "fusion_speedup" not in p and abs(p["variant_over_seed"] - want) <= 1e-6 * want, p
+' "$tmp/seed.json" 2>"$tmp/err"; then
+        echo "ok   json_ratio_is_variant_over_seed $preset"
+    else
+        fail "json_ratio_is_variant_over_seed $preset: $(tail -1 "$tmp/err")"
     fi
 done
 
