@@ -334,6 +334,11 @@ int bench_parse_args(int argc, char **argv, bench_options *o)
             if (i + 1 >= argc)
                 return fail("%s needs a value (see --help)", opt);
             arg = argv[++i];
+            /* "--json --no-verify" would write the report to a file named --no-verify and verify
+             * anyway: an option where a value belongs is a missing value. */
+            if (strncmp(arg, "--", 2) == 0 || !strcmp(arg, "-T") || !strcmp(arg, "-h"))
+                return fail("%s needs a value, got the option '%s' (a value that starts with '--' is "
+                            "given as %s=VALUE)", opt, arg, opt);
         }
 
         int64_t v, list[BENCH_MAX_LIST];

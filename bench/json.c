@@ -159,7 +159,12 @@ static void run(json *j, const bench_run *r)
         measure(j, "fused", &pt->fused, pt, r->roofline_bytes_per_s);
         if (r->unfused) {
             measure(j, "unfused", &pt->unfused, pt, r->roofline_bytes_per_s);
-            num(j, "fusion_speedup", pt->unfused.time.median_s / pt->fused.time.median_s);
+            /* The table's last column: with --baseline seed it is var/seed, the variant's time over
+             * the seed call's, no fusion speed-up (and its inverse would read as one). */
+            if (r->baseline_seed)
+                num(j, "variant_over_seed", pt->fused.time.median_s / pt->unfused.time.median_s);
+            else
+                num(j, "fusion_speedup", pt->unfused.time.median_s / pt->fused.time.median_s);
         }
         leave(j, '}');
     }
@@ -212,6 +217,10 @@ int bench_write_json(const char *path, const bench_report *rep, char *msg, size_
     static const char *const scalings[] = {"default", "llama3", "yarn", "longrope"};
     str(&j, "rope_scaling", scalings[o->shape.scaling]);
     num(&j, "attention_scaling", o->attention_scaling);
+    /* The preset's model name keeps its "(QK-norm)" under --qk-norm off: these two say what ran. */
+    boolean(&j, "qk_norm", o->shape.qk_norm);
+    char variant[160];
+    str(&j, "variant", bench_variant_text(&o->shape, o->attention_scaling, variant, sizeof variant));
     leave(&j, '}');
     key(&j, "seed");
     fprintf(j.f, "%llu", (unsigned long long)o->seed);

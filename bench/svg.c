@@ -123,7 +123,7 @@ static void draw_series(FILE *f, const bench_run *r, const axis *x, const axis *
         fprintf(f, "<title>");
         escape(f, label);
         fprintf(f, ", %s, T = %lld: %s per call, %.1f%% of roofline%s</title>%s\n",
-                fused ? "fused" : "unfused", (long long)pt->tokens, bench_format_time(s, t, sizeof t),
+                fused ? "fused" : r->baseline_seed ? "seed call" : "unfused", (long long)pt->tokens, bench_format_time(s, t, sizeof t),
                 share, m->check.failures ? ", verification FAILED" : "", fused ? "</circle>" : "</rect>");
     }
 }
@@ -222,10 +222,18 @@ int bench_write_svg(const char *path, const bench_report *rep, char *msg, size_t
     fprintf(f, "<line x1='%d' y1='%.1f' x2='%d' y2='%.1f' stroke='#333' stroke-width='2.2'/>"
                "<text x='%d' y='%.1f' font-size='13'>fused: rp_rope_pool_fused</text>\n",
             LEFT_X, ly, LEFT_X + 30, ly, LEFT_X + 38, ly + 4);
-    fprintf(f, "<line x1='%d' y1='%.1f' x2='%d' y2='%.1f' stroke='#333' stroke-width='1.6' "
-               "stroke-dasharray='6 4'/><text x='%d' y='%.1f' font-size='13'>unfused baseline: rotate, "
-               "then scatter (same kernels, two passes)</text>\n",
-            LEFT_X + 260, ly, LEFT_X + 290, ly, LEFT_X + 298, ly + 4);
+    /* The dashed series is what --baseline chose (--no-unfused: none), as the table's header says. */
+    int unfused = 0, seed = 0;
+    for (int r = 0; r < rep->num_runs; r++) {
+        unfused |= rep->runs[r].unfused && !rep->runs[r].baseline_seed;
+        seed |= rep->runs[r].baseline_seed;
+    }
+    if (unfused || seed)
+        fprintf(f, "<line x1='%d' y1='%.1f' x2='%d' y2='%.1f' stroke='#333' stroke-width='1.6' "
+                   "stroke-dasharray='6 4'/><text x='%d' y='%.1f' font-size='13'>%s</text>\n",
+                LEFT_X + 260, ly, LEFT_X + 290, ly, LEFT_X + 298, ly + 4,
+                seed ? "seed call: NeoX, whole head, rope_base's table, s = 1 (same buffers)"
+                     : "unfused baseline: rotate, then scatter (same kernels, two passes)");
     for (int r = 0; r < rep->num_runs; r++) {
         char label[96];
         const double x = LEFT_X + 300.0 * (r % 3), y = ly + 22.0 * (1 + r / 3);

@@ -27,8 +27,13 @@ need(report.get("machine", {}), "machine", cpu=str, online_cpus=int, last_level_
 need(report.get("build", {}), "build", compiler=str, build_type=str, cpu_kernel=str,
      library_has_cuda=bool, cuda_timing_compiled=bool)
 need(report.get("shape", {}), "shape", preset=str, model=str, num_qo_heads=int, num_kv_heads=int,
-     head_dim=int, rope_base=number)
+     head_dim=int, rope_base=number, style=str, rotary_dim=int, rope_scaling=str, attention_scaling=number,
+     qk_norm=bool, variant=str)
 shape = report.get("shape", {})
+# what ran, as the banner's "rope:" line says it (a preset's model name is no witness: qwen3-8b's
+# says "(QK-norm)" under --qk-norm off too)
+if (shape.get("qk_norm"), shape.get("variant")) != (False, "neox R=64/64, rope_base's table, attention scaling 1"):
+    problems.append(f"shape: qk_norm {shape.get('qk_norm')!r}, variant {shape.get('variant')!r}")
 if (shape.get("preset"), shape.get("num_qo_heads"), shape.get("num_kv_heads"), shape.get("head_dim")) != \
         ("tinyllama-1.1b", 32, 4, 64):
     problems.append(f"shape: {shape}, want tinyllama-1.1b 32/4/64")

@@ -50,6 +50,11 @@ expect_error tokens_past_the_pool "T = 5000 exceeds the pool's 4096 slots" --bac
 expect_error sets_past_the_pool "needs 8000 distinct slots" --backend cpu --pool 4096 -T 1000 --sets 8
 expect_error unknown_option "unknown option '--fast'" --fast
 expect_error missing_value "--tokens needs a value" --tokens
+# The next option is no value: "--json --no-verify" wrote the report to a file named --no-verify
+# and verified anyway (exit 0).
+expect_error option_as_value "--json needs a value, got the option '--no-verify'" --json --no-verify -T 1 \
+    --backend cpu --pool 64 --seconds 0.01
+expect_error short_option_as_value "--svg needs a value, got the option '-T'" --svg -T 1
 expect_error unknown_dtype "unknown dtype 'f8'" --dtype f8
 expect_error unknown_backend "unknown backend 'tpu'" --backend tpu
 expect_error zero_threads "'0' is not a thread count" --threads 0
@@ -124,11 +129,32 @@ fi
 # memory roofline, ~25 s here, so not all six; the kernels' variants are test_numerics' job.)
 for preset in gpt-j-6b qwen2.5-7b-yarn; do
     if "$bench" --backend cpu --preset "$preset" -T 3 --pool 4096 --threads 1 --seconds 0.01 --dtype bf16 --baseline seed \
-            >"$tmp/out" 2>"$tmp/err" && grep -q '^rope: ' "$tmp/out" &&
+            --svg "$tmp/seed.svg" --json "$tmp/seed.json" >"$tmp/out" 2>"$tmp/err" && grep -q '^rope: ' "$tmp/out" &&
             grep -qE '^ +3 +1 .* ok [0-9.]+ / ok [0-9.]+$' "$tmp/out"; then
         echo "ok   variant_sweep $preset"
     else
         fail "variant_sweep $preset: $(cat "$tmp/out" "$tmp/err")"
+    fi
+    # The plot's dashed series is the seed call, as the table's header says (its legend and
+    # tooltips called it the unfused baseline).
+    if grep -q '>seed call: NeoX, whole head' "$tmp/seed.svg" && grep -q 'seed call, T = 3' "$tmp/seed.svg" &&
+            ! grep -q 'unfused' "$tmp/seed.svg"; then
+        echo "ok   svg_names_the_seed_baseline $preset"
+    else
+        fail "svg_names_the_seed_baseline $preset: $(grep -o '<text[^<]*dash[^<]*\|unfused[^<]*' "$tmp/seed.svg")"
+    fi
+    # The JSON's ratio is the table's var/seed (it wrote seed/variant as fusion_speedup: the inverse,
+    # under a name that said fusion)
+    if "$python" -c '
+import json, sys
+for run in json.load(open(sys.argv[1]))["runs"]:
+    for p in run["points"]:
+        want = p["fused"]["median_s"] / p["unfused"]["median_s"]
+        assert "fusion_speedup" not in p and abs(p["variant_over_seed"] - want) <= 1e-6 * want, p
+' "$tmp/seed.json" 2>"$tmp/err"; then
+        echo "ok   json_ratio_is_variant_over_seed $preset"
+    else
+        fail "json_ratio_is_variant_over_seed $preset: $(tail -1 "$tmp/err")"
     fi
 done
 
@@ -161,11 +187,17 @@ expect_error mla_hnd "the latent cache row [c_kv | k_pe] is flat or NHD, not HND
 
 # Huge-page-backed buffers: same results, and the banner says so.
 if "$bench" --backend cpu --preset tinyllama-1.1b -T 4 --pool 4096 --threads 1 --seconds 0.02 --hugepages \
-        --no-unfused >"$tmp/out" 2>"$tmp/err" && grep -q "transparent huge pages" "$tmp/out" &&
+        --no-unfused --svg "$tmp/fused.svg" >"$tmp/out" 2>"$tmp/err" && grep -q "transparent huge pages" "$tmp/out" &&
         grep -qE '^ +4 +1 .* ok [0-9.]+$' "$tmp/out"; then
     echo "ok   hugepages_sweep"
 else
     fail "hugepages_sweep: $(cat "$tmp/out" "$tmp/err")"
+fi
+# --no-unfused: the plot's legend has no dashed baseline that nothing is drawn for
+if grep -q 'stroke-dasharray=.6 4' "$tmp/fused.svg" || grep -q 'unfused' "$tmp/fused.svg"; then
+    fail "svg_without_a_baseline_has_no_baseline_legend"
+else
+    echo "ok   svg_without_a_baseline_has_no_baseline_legend"
 fi
 
 if [ "$failures" -ne 0 ]; then

@@ -11,7 +11,11 @@ For each token count T it times, in one process, on the same memory (torch tenso
   what torch.compile's code calls), with ``q_out`` / ``k_out``;
 
 in interleaved rounds, and prints the median over rounds of the mean time per call, each
-Python figure's ratio to C, and the minor page faults per call. ``--backend cuda`` does the same
+Python figure's ratio to C, and the minor page faults per call. Before it is timed at a T, each of
+those calls is made once on new inputs, its outputs and pool rows poisoned first, and checked
+against the float64 reference (``_ropepool._verify``, the check ropepool-bench runs): a failure is
+reported on stderr and the exit status is 3, as ropepool-bench's. (torch.compile's plain code is a
+baseline of another precision, float32 angles, and is not checked.) ``--backend cuda`` does the same
 on torch CUDA tensors, where the figures are the host's time per call of an eager loop (chunks of
 200 calls, each timed over its launches, the stream synchronised between chunks outside the
 timing), the wall time per call of the same loop back to back (synchronised once per batch: the
@@ -85,6 +89,23 @@ def python_batch(arrays, calls, outs, sync, f=None):
     sync()
 
 
+def call_once(arrays, outs, f=None):
+    """One call as python_batch makes it; returns its (q_rot, k_rot)."""
+    f = f or ropepool.rope_pool_fused
+    keywords = dict(head_dim=SHAPE["head_dim"], num_qo_heads=SHAPE["num_qo_heads"],
+                    num_kv_heads=SHAPE["num_kv_heads"], rope_base=SHAPE["rope_base"], threads=SHAPE.get("threads"))
+    if outs is None:
+        return tuple(f(*arrays, **keywords)[:2])
+    f(*arrays, **keywords, q_out=outs[0], k_out=outs[1])
+    return outs
+
+
+def checked(run, once):
+    """run, with once() -> (q_rot, k_rot): the same call made once, for verify."""
+    run.once = once
+    return run
+
+
 CLOCK = time.perf_counter_ns  # --clock thread: time.thread_time_ns
 COMPILED_PLAIN = {}  # --torch-compile: name -> plain_torch(torch, ...)
 PAUSE_S = 0.02  # before each timed batch (measure)
@@ -156,47 +177,114 @@ def timed(run, calls):
 
 
 def methods_for(T, P, backend, torch):
-    """name -> run(calls): the timed variants at T."""
+    """(name -> run(calls): the timed variants at T, each ropepool call's with run.once (checked);
+    io: base, the NumPy arrays they are made from; pools(), the pools as host arrays; renew(rng),
+    new values of q, k, v and positions in every method's arrays, for verify)."""
     base = make_arrays(T, P)
     arrays = [base[n] for n in ORDER]
     methods = {}
     no_sync = lambda: None  # noqa: E731
     if backend == "cpu":
         np_outs = (np.empty_like(base["q"]), np.empty_like(base["k"]))
-        methods["C"] = lambda n: _ropepool._time_calls(n, *arrays, **SHAPE, q_out=np_outs[0], k_out=np_outs[1])
-        methods["numpy fresh"] = lambda n: python_batch(arrays, n, None, no_sync)
-        methods["numpy q_out"] = lambda n: python_batch(arrays, n, np_outs, no_sync)
+        caller_outs = list(np_outs)
+
+        def c_calls(n):
+            return _ropepool._time_calls(n, *arrays, **SHAPE, q_out=np_outs[0], k_out=np_outs[1])
+
+        def python_calls(arrays, outs, f=None):
+            return checked(lambda n: python_batch(arrays, n, outs, no_sync, f), lambda: call_once(arrays, outs, f))
+
+        methods["C"] = checked(c_calls, lambda: (c_calls(1), np_outs)[1])
+        methods["numpy fresh"] = python_calls(arrays, None)
+        methods["numpy q_out"] = python_calls(arrays, np_outs)
         if torch is not None:
             t_arrays = [torch.from_numpy(a) for a in arrays]
             t_outs = tuple(torch.from_numpy(a) for a in np_outs)
-            methods["torch fresh"] = lambda n: python_batch(t_arrays, n, None, no_sync)
-            methods["torch q_out"] = lambda n: python_batch(t_arrays, n, t_outs, no_sync)
+            methods["torch fresh"] = python_calls(t_arrays, None)
+            methods["torch q_out"] = python_calls(t_arrays, t_outs)
             # outputs of torch's own allocator: no huge-page advice (NumPy's arrays above have it),
             # so at large T every access walks more of the page table (README: Python)
             e_outs = (torch.empty_like(t_arrays[0]), torch.empty_like(t_arrays[1]))
-            methods["torch q_out, torch.empty"] = lambda n: python_batch(t_arrays, n, e_outs, no_sync)
+            caller_outs += e_outs
+            methods["torch q_out, torch.empty"] = python_calls(t_arrays, e_outs)
             op = operator(torch)
             if op is not None:
-                methods["torch op q_out"] = lambda n: python_batch(t_arrays, n, t_outs, no_sync, op)
+                methods["torch op q_out"] = python_calls(t_arrays, t_outs, op)
             for name, f in COMPILED_PLAIN.items():
                 methods[name] = lambda n, f=f: plain_batch(f, t_arrays, n)
+
+        def pools():  # the torch tensors are views of them
+            return base["k_pool"], base["v_pool"]
+
+        renew_copies = no_sync
     else:
         sync = torch.cuda.synchronize
         t_arrays = [torch.from_numpy(a).cuda() for a in arrays]
         t_outs = (torch.empty_like(t_arrays[0]), torch.empty_like(t_arrays[1]))
+        caller_outs = list(t_outs)
 
         def c_chunk(n):
             return _ropepool._time_calls(n, *t_arrays, **SHAPE, q_out=t_outs[0], k_out=t_outs[1]) * n
 
-        methods["C"] = host_timer(c_chunk, sync)
-        methods["torch fresh"] = host_timer(lambda n: python_chunk(t_arrays, n, None), sync)
-        methods["torch q_out"] = host_timer(lambda n: python_chunk(t_arrays, n, t_outs), sync)
+        def python_calls(outs, f=None):
+            return checked(host_timer(lambda n: python_chunk(t_arrays, n, outs, f), sync),
+                           lambda: call_once(t_arrays, outs, f))
+
+        methods["C"] = checked(host_timer(c_chunk, sync), lambda: (c_chunk(1), t_outs)[1])
+        methods["torch fresh"] = python_calls(None)
+        methods["torch q_out"] = python_calls(t_outs)
         op = operator(torch)
         if op is not None:
-            methods["torch op q_out"] = host_timer(lambda n: python_chunk(t_arrays, n, t_outs, op), sync)
-        methods["torch q_out, back to back"] = lambda n: python_batch(t_arrays, n, t_outs, sync)
-        methods["gpu"] = gpu_timer(torch, t_arrays, t_outs)
-    return methods
+            methods["torch op q_out"] = python_calls(t_outs, op)
+        methods["torch q_out, back to back"] = lambda n: python_batch(t_arrays, n, t_outs, sync)  # torch q_out's call
+        gpu = methods["gpu"] = gpu_timer(torch, t_arrays, t_outs)
+        gpu.once = lambda: (gpu(1), t_outs)[1]  # a replay of the timed graph
+
+        def pools():
+            return t_arrays[5].cpu().numpy(), t_arrays[6].cpu().numpy()
+
+        def renew_copies():
+            for i in range(4):  # q, k, v, positions; the pool rows are poisoned on the device
+                t_arrays[i].copy_(torch.from_numpy(arrays[i]))
+            t_arrays[5][t_arrays[4]] = float("nan")
+            t_arrays[6][t_arrays[4]] = float("nan")
+
+    def renew(rng):
+        for name in ("q", "k", "v"):
+            base[name][...] = rng.standard_normal(base[name].shape, dtype=np.float32)
+        base["positions"][...] = rng.integers(0, MAX_POSITION, T)
+        base["k_pool"][base["slots"]] = np.nan
+        base["v_pool"][base["slots"]] = np.nan
+        for out in caller_outs:
+            out[...] = float("nan")
+        renew_copies()
+
+    return methods, dict(base=base, pools=pools, renew=renew)
+
+
+def verify(T, methods, io):
+    """Each checked method's call made once, on new inputs (a call that wrote nothing, or fresh
+    outputs on a freed block of the last call's, cannot pass), its caller's outputs and the pool
+    rows its slots name poisoned first, then checked against the float64 reference by the
+    library's own check. Returns one line per failure."""
+    rng = np.random.default_rng(T)
+    base = io["base"]
+    failures = []
+    for name, run in methods.items():
+        once = getattr(run, "once", None)
+        if once is None:
+            continue
+        io["renew"](rng)
+        outs = once()
+        host = [o if isinstance(o, np.ndarray) else o.detach().cpu().numpy() for o in outs]
+        k_pool, v_pool = io["pools"]()
+        checked_values, failed, worst, first = _ropepool._verify(
+            base["q"], base["k"], base["v"], base["positions"], base["slots"], k_pool, v_pool, **SHAPE,
+            q_out=host[0], k_out=host[1])
+        if failed:
+            failures.append(f"T = {T}, {name}: FAILED verification against the float64 reference, "
+                            f"{failed} of {checked_values} values; first: {first}")
+    return failures
 
 
 # CUDA host time: chunks of calls fewer than the launch queue holds, each timed from its first call
@@ -282,7 +370,9 @@ def calibrate(run, budget_s):
 
 
 def measure(T, P, backend, torch, rounds, budget_s, stat):
-    methods = methods_for(T, P, backend, torch)
+    """({name: (figure, (faults, sys ns))}, the verification failures) at T."""
+    methods, io = methods_for(T, P, backend, torch)
+    failures = verify(T, methods, io)
     calls = {name: calibrate(run, budget_s) for name, run in methods.items()}
     samples = {name: [] for name in methods}
     faults = {name: [] for name in methods}
@@ -300,7 +390,7 @@ def measure(T, P, backend, torch, rounds, budget_s, stat):
     SAMPLES[T] = samples
     pick = min if stat == "min" else statistics.median
     return {name: (pick(samples[name]), tuple(statistics.median(f[i] for f in faults[name])
-                                                          for i in range(2))) for name in methods}
+                                                          for i in range(2))) for name in methods}, failures
 
 
 def profile(backend, torch, P, calls=20000, batches_of=40):
@@ -415,19 +505,30 @@ def _token_counts(text):
     return counts
 
 
+class _Once(argparse.Action):
+    """Stores an option's value; a second occurrence is a usage error: argparse would let the last
+    one win without a word ("-T 1 -T 4096" timed T = 4096 alone), which ropepool-bench refuses too."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(self, "given", False):
+            raise argparse.ArgumentError(self, "is given twice: give it once")
+        self.given = True
+        setattr(namespace, self.dest, values)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m ropepool.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("-T", "--tokens", type=_token_counts, default=None, help="token counts, comma-separated "
+    parser.add_argument("--backend", action=_Once, choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("-T", "--tokens", action=_Once, type=_token_counts, default=None, help="token counts, comma-separated "
                         "(default cpu 1,16,256,1024,4096; cuda 1,64,1024,4096)")
-    parser.add_argument("--pool", type=_positive(int, "the slot count"), default=65536, help="KV-pool slots (default 65536)")
-    parser.add_argument("--rounds", type=_positive(int, "the round count"), default=5)
-    parser.add_argument("--seconds", type=_positive(float, "the time", most=600), default=0.04,
+    parser.add_argument("--pool", action=_Once, type=_positive(int, "the slot count"), default=65536, help="KV-pool slots (default 65536)")
+    parser.add_argument("--rounds", action=_Once, type=_positive(int, "the round count"), default=5)
+    parser.add_argument("--seconds", action=_Once, type=_positive(float, "the time", most=600), default=0.04,
                         help="time per batch, at most 600 (default 0.04)")
-    parser.add_argument("--stat", choices=["median", "min"], default="median",
+    parser.add_argument("--stat", action=_Once, choices=["median", "min"], default="median",
                         help="per figure, the median (default) or the least of the rounds' means")
-    parser.add_argument("--clock", choices=["wall", "thread"], default="wall",
+    parser.add_argument("--clock", action=_Once, choices=["wall", "thread"], default="wall",
                         help="wall (default), or thread: the calling thread's CPU time, with every call on one "
                         "thread (threads=1, torch.set_num_threads(1)), so that other load on the machine does not "
                         "count (T = 1 overheads)")
@@ -470,7 +571,8 @@ def main(argv=None):
           f"float32, int64 positions/slots, pool {P}; {where}; numpy {np.__version__}"
           + (f", torch {torch.__version__}" if torch is not None else ", no torch")
           + f"; {args.stat} of {args.rounds} interleaved rounds, us per call ({args.clock} clock) (x: ratio to C; faults: minor page "
-          "faults per call; sys: kernel-mode CPU us per call); load average "
+          "faults per call; sys: kernel-mode CPU us per call); every ropepool call verified against the float64 "
+          "reference before it is timed; load average "
           + " ".join(f"{x:.1f}" for x in os.getloadavg()))
     no_compiler = args.torch_compile and torch is not None and _inductor_has_no_cxx(torch)
     if args.torch_compile and (torch is None or no_compiler):
@@ -478,10 +580,11 @@ def main(argv=None):
     elif args.torch_compile:
         COMPILED_PLAIN["torch.compile plain"] = plain_torch(torch)
         COMPILED_PLAIN["torch.compile plain, cos/sin cache"] = plain_torch(torch, table=True)
-    results = {}
+    results, failures = {}, []
     for T in tokens:
         try:
-            results[T] = measure(T, P, args.backend, torch, args.rounds, args.seconds, args.stat)
+            results[T], failed = measure(T, P, args.backend, torch, args.rounds, args.seconds, args.stat)
+            failures += failed
         except MemoryError as e:  # a T too large for this machine: one line, as ropepool-bench says it
             print(f"ropepool.bench: out of memory for the arrays of T = {T}: {e}", file=sys.stderr)
             return 1
@@ -517,7 +620,9 @@ def main(argv=None):
         fresh_output_sweep([T for T in tokens if T >= 1024], P, torch, args.rounds, args.seconds)
     if args.profile:
         profile(args.backend, torch, P)
-    return 0
+    for line in failures:
+        print(f"ropepool.bench: {line}", file=sys.stderr)
+    return 3 if failures else 0
 
 
 if __name__ == "__main__":

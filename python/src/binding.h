@@ -163,6 +163,9 @@ PyObject *rpy_profile(PyObject *module, PyObject *enable);
 PyObject *rpy_keyword_fields(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 /* _time_calls(calls, q, k, ..., **keywords): mean ns of `calls` C calls on arguments converted once. */
 PyObject *rpy_time_calls(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+/* _verify(q, k, ..., q_out=, k_out=, **keywords): a finished call's outputs against the float64
+ * reference: (checked, failures, worst error over bound, first failure). */
+PyObject *rpy_verify(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 /* hf_rope.c: rp_hf_rope_frequencies on parsed config fields -> ([inv_freq], attention_scaling),
  * and rp_hf_rope_style(model_type, rope_interleave) -> is_neox. ropepool/_hf.py reads configs. */
 PyObject *rpy_hf_rope_frequencies(PyObject *module, PyObject *args, PyObject *kwargs);

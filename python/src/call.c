@@ -14,6 +14,7 @@
  */
 #include "binding.h"
 #include "overlap.h" /* the library's overlap test, for the inputs it sees only as copies */
+#include "ref/verify.h" /* the contract's accuracy check, as ropepool-bench runs it */
 
 #include <limits.h>
 #include <math.h>
@@ -481,6 +482,47 @@ PyObject *rpy_time_calls(PyObject *module, PyObject *const *args, Py_ssize_t nar
     if (st != RP_OK)
         return rpy_raise(st, message);
     return PyFloat_FromDouble((double)elapsed / (double)calls);
+}
+
+/* _verify(<rope_pool_fused's arguments, q_out and k_out holding a finished call's q_rot and
+ * k_rot>): the outputs of that call checked against the float64 reference (rp_ref_verify, the check
+ * ropepool-bench runs), for the Python benchmark's figures. Host memory only. Returns (checked,
+ * failures, worst error over bound, first failure). */
+PyObject *rpy_verify(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    (void)module;
+    PyObject *values[NUM_PARAMS];
+    if (parse_arguments(args, PyVectorcall_NARGS(nargs), kwnames, values) < 0)
+        return NULL;
+    if (values[P_Q_OUT] == NULL || values[P_K_OUT] == NULL) {
+        PyErr_SetString(PyExc_TypeError, "_verify needs q_out and k_out: the outputs to check");
+        return NULL;
+    }
+    prepared_call c;
+    if (prepare(values, &c, NULL) < 0)
+        return NULL;
+    char message[MESSAGE_SIZE];
+    rp_err err = {message, sizeof message};
+    rp_problem p;
+    rp_status st = c.a.q.device.type == RP_DEVICE_CPU
+                       ? rp_validate(&c.a, &p, &err)
+                       : rp_fail(&err, RP_ERR_INVALID_ARGUMENT, "_verify reads host memory: copy the arrays to the CPU");
+    double *freq = st == RP_OK && !p.caller_freq ? PyMem_Malloc((size_t)(p.rotary_dim / 2 + 1) * sizeof *freq) : NULL;
+    if (st == RP_OK && !p.caller_freq && freq == NULL)
+        st = rp_fail(&err, RP_ERR_OUT_OF_MEMORY, "out of memory for the frequencies");
+    rp_verify_result r;
+    if (st == RP_OK) {
+        if (freq != NULL)
+            rp_problem_fill_freq(&p, freq);
+        Py_BEGIN_ALLOW_THREADS
+        rp_ref_verify(&p, &r);
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_Free(freq);
+    release(&c);
+    if (st != RP_OK)
+        return rpy_raise(st, message);
+    return Py_BuildValue("(LLds)", (long long)r.checked, (long long)r.failures, r.worst_ratio, r.first_failure);
 }
 
 /* ---- per-stage timing (ropepool._ropepool._profile) ------------------------------------------ */

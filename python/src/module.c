@@ -178,6 +178,11 @@ static PyMethodDef methods[] = {
      "_keyword_fields($module, q_shape, k_pool_dtype, /, **keywords)\n--\n\n"
      "rope_pool_fused's keywords converted and refused as the call does (its messages), as a dict\n"
      "of rp_rope_pool_args fields: for ropepool.mlx, whose arrays this module cannot describe."},
+    {"_verify", (PyCFunction)(void (*)(void))rpy_verify, METH_FASTCALL | METH_KEYWORDS,
+     "_verify($module, /, *args, **kwargs)\n--\n\n"
+     "Developer's tool (python -m ropepool.bench): rope_pool_fused's arguments, with q_out and k_out\n"
+     "holding a finished call's outputs (host memory), checked against the float64 reference as\n"
+     "ropepool-bench checks its calls; returns (checked, failures, worst error over bound, first failure)."},
     {"_profile", rpy_profile, METH_O,
      "_profile($module, enable, /)\n--\n\n"
      "Developer's tool (python -m ropepool.bench --profile): the mean ns per stage of the\n"

@@ -15,6 +15,14 @@ CASES = [
     (["--backend", "cuda", "--fresh-outputs", "-T", "1024"], "--fresh-outputs compares CPU calls"),
     (["--backend", "cuda", "--torch-compile"], "--torch-compile compares CPU calls"),
     (["--seconds", "1e300"], "the time must be at most 600"),  # batches sized from it never ended
+    # the last of a repeated option won without a word: "-T 1 -T 4096" timed T = 4096 alone
+    (["-T", "1", "-T", "2"], "argument -T/--tokens: is given twice: give it once"),
+    (["--backend", "cpu", "--backend", "cuda"], "argument --backend: is given twice"),
+    (["--pool", "64", "--pool=128"], "argument --pool: is given twice"),
+    (["--rounds", "1", "--rounds", "2"], "argument --rounds: is given twice"),
+    (["--seconds", "1", "--seconds", "2"], "argument --seconds: is given twice"),
+    (["--stat", "min", "--stat", "min"], "argument --stat: is given twice"),
+    (["--clock", "wall", "--clock", "thread"], "argument --clock: is given twice"),
 ]
 
 
@@ -62,3 +70,62 @@ def test_torch_compile_without_a_cxx_compiler_says_so_and_times_the_rest(ropepoo
     assert "--torch-compile: not timed, Inductor finds no C++ compiler (" in done.stdout
     assert "/nonexistent/g++" in done.stdout and "torch.compile plain" not in done.stdout
     assert "| 1 | " in done.stdout  # the Python and C calls still timed
+
+
+def run_in_process(ropepool, monkeypatch, capsys, call=None):
+    """ropepool.bench's main at T = 1 and 3, one short round; with `call`, ropepool.rope_pool_fused
+    replaced by it, as a binding that got a result wrong would be. (exit status, stdout, stderr)"""
+    from ropepool import bench as module
+
+    if call is not None:
+        monkeypatch.setattr(ropepool, "rope_pool_fused", call)
+    status = module.main(["-T", "1,3", "--pool", "64", "--rounds", "1", "--seconds", "0.001"])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_every_call_it_times_is_verified_before_timing(ropepool, monkeypatch, capsys):
+    status, out, err = run_in_process(ropepool, monkeypatch, capsys)
+    assert status == 0 and err == "", err
+    assert "every ropepool call verified against the float64 reference before it is timed" in out
+
+
+def corrupting_q_rot(ropepool):
+    """The real call, then one element of q_rot off by 1: a wrong result the timing cannot see."""
+    real = ropepool.rope_pool_fused
+
+    def call(*args, **keywords):
+        result = real(*args, **keywords)
+        q_rot = keywords.get("q_out")
+        if q_rot is None:
+            q_rot = result[0]
+        q_rot[0, 0, 0] += 1
+        return result
+
+    return call
+
+
+def skipping_token_0s_pool_write(ropepool):
+    """The real call with token 0's slot made negative: its pool rows are never written."""
+    real = ropepool.rope_pool_fused
+
+    def call(q, k, v, positions, slots, *rest, **keywords):
+        slots = slots.clone() if hasattr(slots, "clone") else slots.copy()
+        slots[0] = -1
+        return real(q, k, v, positions, slots, *rest, **keywords)
+
+    return call
+
+
+@pytest.mark.parametrize("broken, what", [(corrupting_q_rot, "q_rot[token 0, head 0, dim 0]"),
+                                          (skipping_token_0s_pool_write, "_pool")])
+def test_a_wrong_result_fails_the_run_with_exit_status_3(ropepool, monkeypatch, capsys, broken, what):
+    """It timed every call without looking at a single output: a binding that wrote q_rot wrong,
+    or no pool row, was reported as fast, exit 0."""
+    status, out, err = run_in_process(ropepool, monkeypatch, capsys, broken(ropepool))
+    assert status == 3, out + err
+    for T in (1, 3):
+        for name in ("numpy fresh", "numpy q_out"):
+            assert f"ropepool.bench: T = {T}, {name}: FAILED verification against the float64 reference" in err
+    assert what in err
+    assert "T = 1, C: FAILED" not in err  # the C call did not go through the broken binding
