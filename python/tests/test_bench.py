@@ -72,14 +72,14 @@ def test_torch_compile_without_a_cxx_compiler_says_so_and_times_the_rest(ropepoo
     assert "| 1 | " in done.stdout  # the Python and C calls still timed
 
 
-def run_in_process(ropepool, monkeypatch, capsys, call=None):
+def run_in_process(ropepool, monkeypatch, capsys, call=None, backend="cpu"):
     """ropepool.bench's main at T = 1 and 3, one short round; with `call`, ropepool.rope_pool_fused
     replaced by it, as a binding that got a result wrong would be. (exit status, stdout, stderr)"""
     from ropepool import bench as module
 
     if call is not None:
         monkeypatch.setattr(ropepool, "rope_pool_fused", call)
-    status = module.main(["-T", "1,3", "--pool", "64", "--rounds", "1", "--seconds", "0.001"])
+    status = module.main(["--backend", backend, "-T", "1,3", "--pool", "64", "--rounds", "1", "--seconds", "0.001"])
     out, err = capsys.readouterr()
     return status, out, err
 
@@ -126,6 +126,40 @@ def test_a_wrong_result_fails_the_run_with_exit_status_3(ropepool, monkeypatch, 
     assert status == 3, out + err
     for T in (1, 3):
         for name in ("numpy fresh", "numpy q_out"):
+            assert f"ropepool.bench: T = {T}, {name}: FAILED verification against the float64 reference" in err
+    assert what in err
+    assert "T = 1, C: FAILED" not in err  # the C call did not go through the broken binding
+
+
+def needs_gpu(ropepool):
+    torch = pytest.importorskip("torch")
+    if not (torch.cuda.is_available() and ropepool.has_cuda()):
+        pytest.skip("needs a GPU and ropepool's CUDA backend")
+
+
+@pytest.mark.cuda
+def test_cuda_backend_verifies_every_call_it_times(ropepool, monkeypatch, capsys):
+    """--backend cuda checks each call's device outputs (the CUDA graph replay's included), copied
+    back to the host, against the float64 reference, the pool rows poisoned on the device first.
+    (Written without a GPU.)"""
+    needs_gpu(ropepool)
+    status, out, err = run_in_process(ropepool, monkeypatch, capsys, backend="cuda")
+    assert status == 0 and err == "", err
+    assert "| 3 | " in out
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("broken, what", [(corrupting_q_rot, "q_rot[token 0, head 0, dim 0]"),
+                                          (skipping_token_0s_pool_write, "_pool")])
+def test_a_wrong_cuda_result_fails_the_run_with_exit_status_3(ropepool, monkeypatch, capsys, broken, what):
+    """A wrong q_rot, or a pool row left unwritten (its device copy poisoned with NaN, so a row a
+    call skipped cannot hold an earlier call's value), fails --backend cuda: in the eager calls and
+    in the graph the GPU figure replays, which captured the same broken call. (Written without a GPU.)"""
+    needs_gpu(ropepool)
+    status, out, err = run_in_process(ropepool, monkeypatch, capsys, broken(ropepool), backend="cuda")
+    assert status == 3, out + err
+    for T in (1, 3):
+        for name in ("torch fresh", "torch q_out", "gpu"):
             assert f"ropepool.bench: T = {T}, {name}: FAILED verification against the float64 reference" in err
     assert what in err
     assert "T = 1, C: FAILED" not in err  # the C call did not go through the broken binding

@@ -7,7 +7,9 @@ ropepool.rope_pool_fused with fullgraph=True, no pool-sized copy in the compiled
 graph capture and replay (marked cuda, skipped without a GPU).
 """
 
+import contextlib
 import importlib.util
+import inspect
 import os
 import subprocess
 import sys
@@ -554,6 +556,61 @@ def test_make_fx_of_the_direct_call_records_the_operator_and_its_pool_writes(rop
     assert_same([*got[:2], *pools], [*want[:2], *want_pools])
 
 
+def fake_cuda_problem(T=3, Hq=4, Hk=2, D=16, P=24):
+    """(FakeTensorMode, q, k, v, positions, slots, k_pool, v_pool) on a 'cuda' device: what
+    torch.export and make_fx(tracing_mode="fake") hand a CUDA model's calls. No GPU needed where
+    this torch builds fake CUDA tensors; skipped where it does not."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode()
+    try:
+        with mode:
+            data = [torch.empty(T, H, D, device="cuda") for H in (Hq, Hk, Hk)]
+            indices = [torch.zeros(T, dtype=torch.int64, device="cuda"), torch.arange(T, device="cuda")]
+            pools = [torch.empty(P, Hk, D, device="cuda") for _ in range(2)]
+    except (RuntimeError, AssertionError) as e:  # a torch built without CUDA
+        pytest.skip(f"this torch makes no fake CUDA tensors: {e}")
+    return (mode, *data, *indices, *pools)
+
+
+@pytest.mark.parametrize("outputs", ["fresh", "q_out"])
+@pytest.mark.parametrize("k_scale", [None, 2.0, "cuda tensor"])
+def test_direct_call_on_fake_cuda_tensors_runs_the_fake_kernel(ropepool, outputs, k_scale):
+    """FakeTensors on a 'cuda' device have no memory to describe: the direct call runs as the
+    operator (its fake kernel), with outputs on q's device of the binding's shapes and layout, the
+    caller's pools and q_out returned, and make_fx(tracing_mode="fake") records the operator with a
+    number scale as a host constant and a CUDA scale as the tensor given."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    mode, *arrays = fake_cuda_problem()
+    q, k = arrays[:2]
+    with mode:
+        scale = torch.full((1,), 2.0, device="cuda") if k_scale == "cuda tensor" else k_scale
+        q_out = torch.empty_like(q) if outputs == "q_out" else None
+    kw = dict(head_dim=16, num_qo_heads=4, num_kv_heads=2, rope_base=1e4, kv_cache_dtype="auto",
+              **({} if scale is None else dict(k_scale=scale)), **({} if q_out is None else dict(q_out=q_out)))
+    if scale is not None:  # scales need fp8 pools
+        with mode:
+            arrays[5:] = [torch.empty(x.shape, dtype=torch.uint8, device="cuda") for x in arrays[5:]]
+        kw["kv_cache_dtype"] = "fp8"
+    with mode:
+        result = ropepool.rope_pool_fused(*arrays, **kw)
+    assert result[2] is arrays[5] and result[3] is arrays[6]
+    assert (result[0] is q_out) == (q_out is not None)
+    for got, like in zip(result[:2], (q, k)):
+        assert got.device == torch.device("cuda", 0) and got.shape == like.shape and got.is_contiguous()
+
+    tensors = {name: value for name, value in kw.items() if isinstance(value, torch.Tensor)}
+    numbers = {name: value for name, value in kw.items() if name not in tensors}
+
+    def step(*args):
+        return ropepool.rope_pool_fused(*args[:7], **numbers, **dict(zip(tensors, args[7:])))[:2]
+
+    graph = make_fx(step, tracing_mode="fake")(*arrays, *tensors.values())
+    overload = "default" if q_out is None else "out"
+    assert f"torch.ops.ropepool.rope_pool_fused.{overload}(" in graph.code
+
+
 @pytest.mark.parametrize("grad", ["q", "k_pool leaf", "q_out"])
 def test_compiled_call_refuses_what_requires_grad_as_eager_does(ropepool, grad):
     """AOTAutograd's compiled graph runs the kernel with grad mode off: the refusal comes from the
@@ -680,6 +737,19 @@ def test_reduce_overhead_replays_with_new_positions_slots_and_inputs(ropepool, d
         assert torch.equal(model.kv, eager.kv)
 
 
+def assert_replays_as_the_direct_call(ropepool, p, graph, static, captured, kw):
+    """Each replay of `graph` on new static inputs (p's shapes) leaves in `captured` (q_rot, k_rot
+    and the pools it wrote) what the direct call gives on the same inputs and copies of the pools."""
+    want_pools = clone_all(captured[2:])
+    for seed in range(1, 4):
+        for dst, src in zip(static, fresh_inputs(p, seed)):
+            dst.copy_(src)
+        graph.replay()
+        want = ropepool.rope_pool_fused(*static, *want_pools, **kw)
+        torch.cuda.synchronize()
+        assert_same(captured, want)
+
+
 @pytest.mark.cuda
 def test_manual_cuda_graph_capture_replays_with_new_positions_slots_and_inputs(ropepool, device):
     if device != "cuda":
@@ -696,11 +766,33 @@ def test_manual_cuda_graph_capture_replays_with_new_positions_slots_and_inputs(r
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         q_rot, k_rot = torch.ops.ropepool.rope_pool_fused(*static, *pools, **kw)
-    want_pools = clone_all(pools)
-    for seed in range(1, 4):
-        for dst, src in zip(static, fresh_inputs(p, seed)):
-            dst.copy_(src)
-        graph.replay()
-        want = ropepool.rope_pool_fused(*static, *want_pools, **kw)
-        torch.cuda.synchronize()
-        assert_same([q_rot, k_rot, *pools], want)
+    assert_replays_as_the_direct_call(ropepool, p, graph, static, [q_rot, k_rot, *pools], kw)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("mode", ["caller's mode", "torch's input-liveness tracker"])
+@pytest.mark.parametrize("k_scale", ["number", "cuda tensor"])
+def test_direct_call_captured_under_a_dispatch_mode_replays_as_the_direct_call(ropepool, device, mode, k_scale):
+    """Under a TorchDispatchMode the direct call is routed through call_op and the operator, in
+    a CUDA graph capture too: a caller's mode around the capture, or torch's own input tracker
+    (torch.cuda.graph(check_input_liveness=True) captures under one). Nothing on that path may
+    synchronise or allocate outside the graph's pool (a number scale becomes a host tensor there),
+    and each replay must write what the direct call writes. (Written without a GPU.)"""
+    if device != "cuda":
+        pytest.skip("CUDA graphs need a GPU")
+    tracker = mode != "caller's mode"
+    if tracker and "check_input_liveness" not in inspect.signature(torch.cuda.graph).parameters:
+        pytest.skip("this torch's torch.cuda.graph has no check_input_liveness")
+    p = problem(device, T=4, Hq=8, Hk=2, D=64, P=64)
+    static = fresh_inputs(p, 0)
+    pools = [torch.full_like(x, 0x55, dtype=torch.uint8) for x in (p.k_pool, p.v_pool)]
+    scale = 2.0 if k_scale == "number" else torch.full((1,), 2.0, device=p.q.device)
+    kw = p.kwargs(kv_cache_dtype="fp8", k_scale=scale, v_scale=0.5)
+    ropepool.rope_pool_fused(*static, *pools, **kw)  # warm-up: the device's context outside the capture
+    torch.cuda.synchronize()
+    graph, recording = torch.cuda.CUDAGraph(), RecordingMode()
+    with torch.cuda.graph(graph, **(dict(check_input_liveness=True) if tracker else {})):
+        with contextlib.nullcontext() if tracker else recording:
+            q_rot, k_rot, _, _ = ropepool.rope_pool_fused(*static, *pools, **kw)
+    assert tracker or "ropepool.rope_pool_fused.default" in recording.seen
+    assert_replays_as_the_direct_call(ropepool, p, graph, static, [q_rot, k_rot, *pools], kw)
