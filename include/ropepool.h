@@ -140,11 +140,15 @@ typedef struct rp_tensor {
 } rp_tensor;
 
 /* Contiguous (row-major) tensors on the CPU; set .device for device memory. */
-/* Value-initialised in C++ ({} there, {0} in C), so -Wextra stays quiet in both languages. */
+/* Value-initialised in C++ ({} there, {0} in C), so -Wextra stays quiet in both languages. The
+ * dtype conversion is a static_cast in C++, where C's cast trips clang's -Wold-style-cast in every
+ * file that includes this header (C needs the cast: gcc's enums are unsigned, -Wsign-conversion). */
 #ifdef __cplusplus
 #  define RP_ZERO_INIT {}
+#  define RP_DTYPE_FIELD(dtype) static_cast<int32_t>(dtype)
 #else
 #  define RP_ZERO_INIT {0}
+#  define RP_DTYPE_FIELD(dtype) ((int32_t)(dtype))
 #endif
 
 static inline rp_tensor rp_tensor_1d(void *data, rp_dtype dtype, int64_t n0)
@@ -152,7 +156,7 @@ static inline rp_tensor rp_tensor_1d(void *data, rp_dtype dtype, int64_t n0)
     rp_tensor t = RP_ZERO_INIT;
     t.data = data;
     t.ndim = 1;
-    t.dtype = (int32_t)dtype;
+    t.dtype = RP_DTYPE_FIELD(dtype);
     t.shape[0] = n0;
     t.strides[0] = 1;
     return t;
@@ -163,7 +167,7 @@ static inline rp_tensor rp_tensor_3d(void *data, rp_dtype dtype, int64_t n0, int
     rp_tensor t = RP_ZERO_INIT;
     t.data = data;
     t.ndim = 3;
-    t.dtype = (int32_t)dtype;
+    t.dtype = RP_DTYPE_FIELD(dtype);
     t.shape[0] = n0;
     t.shape[1] = n1;
     t.shape[2] = n2;
