@@ -34,6 +34,16 @@
 #define RP_VERSION_PATCH 0
 #define RP_VERSION_NUMBER (RP_VERSION_MAJOR * 10000 + RP_VERSION_MINOR * 100 + RP_VERSION_PATCH)
 
+/* Compatibility. The shared library's soname is libropepool.so.MAJOR, and libropepool.so.0.MINOR
+ * before 1.0, where a new minor version may change the ABI. Within one soname, a program built
+ * against an older header runs on a newer library: functions, enum and flag values are only added,
+ * and every struct keeps its size and the offset of every field. New fields take the struct's
+ * reserved space, which must be 0 (zero-initialise whole structs: {0} in C, RP_ZERO_INIT or {} in
+ * C++), and a field left 0 keeps the behaviour from before it existed. The other way round, a
+ * nonzero reserved entry (a field of a newer header than the library's) is refused with
+ * RP_ERR_INVALID_ARGUMENT, never ignored. A binding compares rp_version_number() with
+ * RP_VERSION_NUMBER to tell which library it runs on. */
+
 /* ---- export ------------------------------------------------------------------------------------ */
 
 #if defined(_WIN32) && defined(RP_SHARED_LIBRARY)
