@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from . import _ropepool
-from ._names import refusal
+from ._names import refusal as _error
 
 __all__ = ["hf_rope_kwargs", "hf_rope_parameters"]
 
@@ -93,10 +93,6 @@ _GEMMA3 = ("gemma3", "gemma3_text")
 # fixed NTK stretch of the base, their compute_ntk_alpha_rope_parameters: the default table over
 # head_dim with base rope_theta * alpha ** (head_dim / (head_dim - 2)), whatever the sequence length.
 _NTK_ALPHA = frozenset(("hunyuan_v1_dense", "hunyuan_v1_moe", "hunyuan_vl", "hunyuan_vl_text"))
-
-def _error(message):
-    return refusal(_ropepool.RopePoolError, message)
-
 
 def _is_bool(value):
     return isinstance(value, (bool, np.bool_))

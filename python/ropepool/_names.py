@@ -1,6 +1,8 @@
 """How the Python layers name a value's type in a message: as the C binding does (its tp_name:
 bool, numpy.bool, float), so that one mistake reads the same through the direct call, the torch
-operator and MLX."""
+operator and MLX; and the RopePoolError they raise."""
+
+from . import _ropepool
 
 
 def type_name(value):
@@ -22,8 +24,8 @@ def out_of_range(name, value, lo, hi):
     return f"{name} = {value} is out of range [{lo}, {hi}]"
 
 
-def refusal(error_type, message, status="RP_ERR_INVALID_ARGUMENT"):
-    """A RopePoolError raised by a Python layer, carrying .status as the binding's refusals do."""
-    error = error_type(message)
+def refusal(message, status="RP_ERR_INVALID_ARGUMENT"):
+    """The RopePoolError a Python layer raises, carrying .status as the binding's refusals do."""
+    error = _ropepool.RopePoolError(message)
     error.status = status
     return error

@@ -65,8 +65,8 @@ except ImportError as error:
         "repository root): `python3 -m pip install \".[mlx]\"`"
     ) from error
 
-from . import RopePoolError, _ropepool, num_threads
-from ._names import refusal
+from . import _ropepool, num_threads
+from ._names import refusal as _refuse
 
 try:
     from . import _ropepool_mlx as _ext
@@ -83,10 +83,6 @@ _context_ready = False
 # First calls from several threads must create one context: each set_threads makes one (with its
 # worker threads), and all but the last stored would be leaked.
 _context_lock = threading.Lock()
-
-
-def _refuse(message, status="RP_ERR_INVALID_ARGUMENT"):
-    return refusal(RopePoolError, message, status)
 
 
 def _host(value):

@@ -42,11 +42,7 @@ except ImportError:  # torch before 2.7: the comparison guards, as it did there
         return bool(condition)
 
 from . import _ropepool
-from ._names import out_of_range, refusal, too_large_for_float64, type_name as _type_name
-
-
-def _refuse(message):
-    return refusal(_ropepool.RopePoolError, message)
+from ._names import out_of_range, refusal as _refuse, too_large_for_float64, type_name as _type_name
 
 # The extension keywords after the seed's, in schema order, with their defaults. The direct binding
 # receives only those that differ from the default, so the operator works with any binding that
